@@ -1,0 +1,72 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+)
+
+// Attempt describes one run of an operation's function. The function gets it
+// as its second argument (the HTTP middleware: from AttemptFrom).
+type Attempt struct {
+	// Key is the caller's key.
+	Key string
+	// ID is the stable, opaque id of the operation (scope and key), equal
+	// in every attempt. Pass it to an external provider as that provider's
+	// idempotency key, so that a repeated call is a duplicate there too.
+	ID string
+	// Fence is 1 on the first attempt and grows on every takeover or re-run
+	// while the record lives. Fence > 1 means that an earlier attempt
+	// started and did not complete: reconcile with external systems (ask
+	// the provider about ID) before repeating a side effect. Downstream
+	// systems may also reject writes carrying a fence lower than one they
+	// have seen (a fencing token).
+	Fence int64
+
+	store Store
+	owner string
+
+	mu  sync.Mutex
+	cps map[string][]byte
+}
+
+// maxCheckpointName is the longest checkpoint name accepted.
+const maxCheckpointName = 255
+
+// Checkpoint saves value under name on the operation's record, replacing an
+// earlier value of that name, so that an attempt taking over after this one
+// crashed sees it in Checkpoints. Use it to record progress on external
+// systems, e.g. the provider's charge id once the charge is made.
+//
+// It returns ErrLeaseLost when another attempt took the key over, and
+// ErrStoreUnavailable when the store could not be reached.
+func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) error {
+	if name == "" || len(name) > maxCheckpointName {
+		return fmt.Errorf("idem: checkpoint name must be 1 to %d bytes, got %d", maxCheckpointName, len(name))
+	}
+	if err := a.store.Checkpoint(ctx, a.ID, a.owner, name, value); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cps == nil {
+		a.cps = make(map[string][]byte)
+	}
+	a.cps[name] = append([]byte(nil), value...)
+	return nil
+}
+
+// Checkpoints returns a copy of the checkpoints saved by earlier attempts and
+// this one.
+func (a *Attempt) Checkpoints() map[string][]byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string][]byte, len(a.cps))
+	maps.Copy(out, a.cps)
+	return out
+}

@@ -1,0 +1,431 @@
+// Package redistest runs real Redis servers for tests.
+//
+// Start launches a private redis-server on a free 127.0.0.1 port for one
+// test, which may stop, kill, pause and restart it on the same port to take
+// Redis down mid-way. Shared returns one server started lazily for the whole
+// test binary, which tests must not take down and in which they keep apart by
+// key (Prefix gives each test its own key prefix). StartCluster and
+// SharedCluster do the same for a three-master Redis Cluster.
+//
+// ReplyDropper is a go-redis Dialer that lets chosen commands run on the
+// server and then loses their replies by closing the connection, so that
+// go-redis re-sends them: the duplicate-execution hazard of retried commands.
+//
+// Servers never persist anything unless stopped with Server.Stop, listen
+// only on 127.0.0.1, and are killed by the test's cleanup (shared ones by
+// StopShared, or on Linux by the kernel when the test binary exits).
+//
+// When redis-server (or, for clusters, redis-cli) is not on PATH, the tests
+// that need it are skipped, or fail when IDEM_REQUIRE_REDIS=1 is set, so a CI
+// job cannot silently lose them.
+package redistest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	skipServer = "redis-server not on PATH: install Debian's redis-server to run the real-server tests"
+	skipCLI    = "redis-cli not on PATH: install Debian's redis-tools to run the Redis Cluster tests"
+
+	// RequireEnv names the environment variable that, set to 1, turns the
+	// skip for a missing redis-server or redis-cli into a test failure.
+	RequireEnv = "IDEM_REQUIRE_REDIS"
+
+	startTimeout = 10 * time.Second
+	probeTimeout = 500 * time.Millisecond
+)
+
+// An Option configures a server started by Start or a cluster started by
+// StartCluster.
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// WithArgs passes extra command-line configuration to redis-server, for
+// example WithArgs("--maxmemory", "10mb"). By default a server runs with
+// --save "" --appendonly no and binds 127.0.0.1 only.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// A Server is a redis-server process listening on 127.0.0.1. Its methods
+// may be called from any goroutine.
+type Server struct {
+	path   string // redis-server binary
+	dir    string
+	port   int
+	args   []string
+	shared bool
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// Start starts a redis-server on a free 127.0.0.1 port, waits until it
+// answers PING and registers its termination with tb.Cleanup. It skips the
+// test when redis-server is not on PATH (see RequireEnv).
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	path := lookPath(tb, "redis-server", skipServer)
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	s, err := startServer(path, tb.TempDir(), c.args)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.stopNow)
+	return s
+}
+
+// lookPath finds a binary or skips (fails, with RequireEnv) the test.
+func lookPath(tb testing.TB, name, why string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			tb.Fatalf("%s (%s=1)", why, RequireEnv)
+		}
+		tb.Skip(why)
+	}
+	return path
+}
+
+// startServer starts a server in dir, retrying on a fresh port when another
+// process grabbed the chosen one in between.
+func startServer(path, dir string, args []string) (*Server, error) {
+	var err error
+	for range 5 {
+		var ports []int
+		ports, err = freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{path: path, dir: dir, port: ports[0], args: args}
+		if err = s.launch(); err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errAddrInUse) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+var errAddrInUse = errors.New("redistest: address already in use")
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close() // held until all are chosen, so they are distinct
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
+
+// launch starts the process and waits until it answers PING.
+func (s *Server) launch() error {
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--logfile", "",
+	}
+	args = append(args, s.args...)
+	proc, err := spawn(s.path, args, s.dir, s.logPath())
+	if err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	if err := waitReady(proc, s.Addr(), s.logPath()); err != nil {
+		proc.kill()
+		return err
+	}
+	s.mu.Lock()
+	s.proc = proc
+	s.mu.Unlock()
+	return nil
+}
+
+// waitReady polls addr with PING until it answers PONG.
+func waitReady(proc *process, addr, logPath string) error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if proc.reap(false) {
+			log := readLog(logPath)
+			if strings.Contains(log, "Address already in use") {
+				return errAddrInUse
+			}
+			return fmt.Errorf("redistest: redis-server on %s exited during startup:\n%s", addr, log)
+		}
+		reply, err := do(addr, probeTimeout, "PING")
+		if err == nil && reply == "PONG" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: redis-server on %s not ready after %v (last: %v):\n%s",
+				addr, startTimeout, err, readLog(logPath))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// readLog returns the tail of a server log, for error messages.
+func readLog(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Addr returns the server's address, "127.0.0.1:port". It stays the same
+// across Stop and Restart.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// Options returns fresh go-redis options for the server, for tests that set
+// a Dialer, timeouts or retries before calling redis.NewClient.
+func (s *Server) Options() *redis.Options { return &redis.Options{Addr: s.Addr()} }
+
+// Client returns a go-redis client for the server, closed by tb.Cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// FlushAll removes every key on the server.
+func (s *Server) FlushAll(tb testing.TB) {
+	tb.Helper()
+	if _, err := do(s.Addr(), probeTimeout, "FLUSHALL"); err != nil {
+		tb.Fatalf("redistest: FLUSHALL on %s: %v", s.Addr(), err)
+	}
+}
+
+// Running reports whether the server process is up (it may be paused).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && !s.proc.reap(false)
+}
+
+func (s *Server) notShared(tb testing.TB, method string) {
+	tb.Helper()
+	if s.shared {
+		tb.Fatalf("redistest: %s on a shared server; use Start for a server a test takes down", method)
+	}
+}
+
+// Stop shuts the server down gracefully, saving its data (SHUTDOWN SAVE),
+// so that Restart brings back the same keys, TTLs included, as a restarted
+// Redis with persistence would. Clients see connection errors until then.
+func (s *Server) Stop(tb testing.TB) {
+	tb.Helper()
+	s.notShared(tb, "Stop")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		tb.Fatalf("redistest: Stop: server %s is not running", s.Addr())
+	}
+	_ = s.proc.resume() // a paused server could not answer
+	_, _ = do(s.Addr(), probeTimeout, "SHUTDOWN", "SAVE")
+	if !s.proc.waitExit(startTimeout) {
+		s.proc.kill()
+		tb.Fatalf("redistest: Stop: server %s did not shut down:\n%s", s.Addr(), readLog(s.logPath()))
+	}
+	s.proc = nil
+}
+
+// Kill ends the server with SIGKILL, like a crash without persistence: a
+// later Restart starts with no keys.
+func (s *Server) Kill(tb testing.TB) {
+	tb.Helper()
+	s.notShared(tb, "Kill")
+	s.stopNow()
+	_ = os.Remove(filepath.Join(s.dir, "dump.rdb"))
+}
+
+// stopNow kills the process if it runs.
+func (s *Server) stopNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
+	}
+}
+
+// Restart starts a stopped or killed server again on the same port and waits
+// until it answers PING (and has loaded the data saved by Stop).
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.notShared(tb, "Restart")
+	if s.Running() {
+		tb.Fatalf("redistest: Restart: server %s is running", s.Addr())
+	}
+	if err := s.launch(); err != nil {
+		tb.Fatalf("redistest: Restart %s: %v", s.Addr(), err)
+	}
+}
+
+// Pause freezes the server process (SIGSTOP): connections stay open but no
+// command is answered, so clients run into their timeouts.
+func (s *Server) Pause(tb testing.TB) {
+	tb.Helper()
+	s.control(tb, "Pause", (*process).pause)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(tb testing.TB) {
+	tb.Helper()
+	s.control(tb, "Resume", (*process).resume)
+}
+
+func (s *Server) control(tb testing.TB, method string, f func(*process) error) {
+	tb.Helper()
+	s.notShared(tb, method)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		tb.Fatalf("redistest: %s: server %s is not running", method, s.Addr())
+	}
+	if err := f(s.proc); err != nil {
+		tb.Fatalf("redistest: %s %s: %v", method, s.Addr(), err)
+	}
+}
+
+// Shared state for the per-binary server and cluster.
+var (
+	sharedMu      sync.Mutex
+	sharedServer  *Server
+	sharedCluster *Cluster
+	sharedDirs    []string
+	sharedFailure error // sticky: a failed start is not retried by every test
+	sharedSweep   sync.Once
+)
+
+// Shared returns a redis-server shared by all tests of the test binary,
+// starting it on first use. Tests must not stop it and should keep apart by
+// key (see Prefix); nothing is flushed between tests. It skips the test like
+// Start when redis-server is not on PATH. The server lives until StopShared
+// or the end of the test binary.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	path := lookPath(tb, "redis-server", skipServer)
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedServer == nil && sharedFailure == nil {
+		var dir string
+		dir, sharedFailure = sharedDir()
+		if sharedFailure == nil {
+			sharedServer, sharedFailure = startServer(path, dir, nil)
+		}
+		if sharedServer != nil {
+			sharedServer.shared = true
+		}
+	}
+	if sharedFailure != nil {
+		tb.Fatal(sharedFailure)
+	}
+	return sharedServer
+}
+
+// StopShared stops the shared server and cluster, if started, and removes
+// their directories. Call it from TestMain after m.Run; without it, on Linux,
+// the kernel kills them when the test binary exits and the next run removes
+// the directories.
+func StopShared() {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedServer != nil {
+		sharedServer.stopNow()
+		sharedServer = nil
+	}
+	if sharedCluster != nil {
+		sharedCluster.stopNow()
+		sharedCluster = nil
+	}
+	for _, d := range sharedDirs {
+		_ = os.RemoveAll(d)
+	}
+	sharedDirs = nil
+	sharedFailure = nil
+}
+
+const sharedDirPrefix = "idem-redistest-"
+
+// sharedDir makes a directory for a shared server, named after this process
+// so that a later run can remove it once this process is gone.
+func sharedDir() (string, error) {
+	sharedSweep.Do(sweepSharedDirs)
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", sharedDirPrefix, os.Getpid()))
+	if err != nil {
+		return "", err
+	}
+	sharedDirs = append(sharedDirs, dir)
+	return dir, nil
+}
+
+// sweepSharedDirs removes directories left by earlier test binaries.
+func sweepSharedDirs() {
+	entries, _ := os.ReadDir(os.TempDir())
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), sharedDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid == os.Getpid() || alive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(os.TempDir(), e.Name()))
+	}
+}
+
+var (
+	prefixSeq   atomic.Int64
+	unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+)
+
+// Prefix returns a key prefix unique to tb within the test binary, derived
+// from the test's name, for tests that share a server. It contains no '{',
+// '}' or ':' so it cannot disturb Redis Cluster hash tags.
+func Prefix(tb testing.TB) string {
+	name := unsafeChars.ReplaceAllString(tb.Name(), "_")
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	return fmt.Sprintf("t%d_%s", prefixSeq.Add(1), name)
+}

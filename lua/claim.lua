@@ -1,0 +1,47 @@
+-- claim.lua: claim one operation for an owner, or report why not.
+--
+-- Record layout (one string): STATE|FENCE|OWNER|FINGERPRINT|BODY
+--   STATE is P (in progress or released) or C (completed). For P, BODY holds the
+--   checkpoints as netstrings (LEN:NAME LEN:VALUE ...); for C, the stored payload.
+--
+-- KEYS[1]  record key
+-- KEYS[2]  lease key
+-- ARGV[1]  owner token of the caller
+-- ARGV[2]  request fingerprint
+-- ARGV[3]  lease, in milliseconds
+-- ARGV[4]  record TTL for an unfinished record (lease + retention), in milliseconds
+--
+-- Returns one of
+--   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the claim (a re-sent claim)
+--   {2, payload}             completed: the stored payload, to replay
+--   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
+--   {4}                      mismatch: the record holds another fingerprint
+local v = redis.call('GET', KEYS[1])
+local fence, cps = 1, ''
+if v then
+  local st, f, owner, fp, pos = string.match(v, '^(%u)|(%d+)|([^|]*)|([^|]*)|()')
+  if not st then
+    return redis.error_reply('idem: unreadable record at ' .. KEYS[1])
+  end
+  if fp ~= ARGV[2] then
+    return {4}
+  end
+  if st == 'C' then
+    return {2, string.sub(v, pos)}
+  end
+  cps = string.sub(v, pos)
+  if owner == ARGV[1] then
+    return {1, tonumber(f), cps}
+  end
+  local ttl = redis.call('PTTL', KEYS[2])
+  if ttl ~= -2 then
+    if ttl < 0 then ttl = tonumber(ARGV[3]) end
+    return {3, ttl}
+  end
+  fence = tonumber(f) + 1
+end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3]) then
+  return {3, redis.call('PTTL', KEYS[2])}
+end
+redis.call('SET', KEYS[1], 'P|' .. fence .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. cps, 'PX', ARGV[4])
+return {1, fence, cps}

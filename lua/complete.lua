@@ -1,0 +1,27 @@
+-- complete.lua: compare-and-complete. Store the payload and mark the record completed,
+-- only if the caller still owns it; then drop the caller's lease.
+--
+-- KEYS[1]  record key (layout in claim.lua)
+-- KEYS[2]  lease key
+-- ARGV[1]  owner token of the caller
+-- ARGV[2]  payload to store
+-- ARGV[3]  retention, in milliseconds
+--
+-- Returns 1 when the record is completed by the caller (also when it already was: a
+-- re-sent complete), 0 when the caller does not own the record or it is gone.
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local st, f, owner, fp = string.match(v, '^(%u)|(%d+)|([^|]*)|([^|]*)|')
+if owner ~= ARGV[1] then
+  return 0
+end
+if st == 'C' then
+  return 1
+end
+redis.call('SET', KEYS[1], 'C|' .. f .. '|' .. owner .. '|' .. fp .. '|' .. ARGV[2], 'PX', ARGV[3])
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+return 1

@@ -1,0 +1,21 @@
+-- release.lua: compare-and-release. Drop the caller's lease so the next claim runs
+-- again; the record keeps its fence, checkpoints and TTL.
+--
+-- KEYS[1]  record key (layout in claim.lua)
+-- KEYS[2]  lease key
+-- ARGV[1]  owner token of the caller
+--
+-- Returns 1 when the claim is released (also when it already was: a re-sent release),
+-- 0 when the caller does not own the record, or it is completed or gone.
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local st, owner = string.match(v, '^(%u)|%d+|([^|]*)|')
+if st ~= 'P' or owner ~= ARGV[1] then
+  return 0
+end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+return 1

@@ -1,0 +1,344 @@
+package idem
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/heartbeat.lua
+	heartbeatLua string
+	//go:embed lua/checkpoint.lua
+	checkpointLua string
+	//go:embed lua/complete.lua
+	completeLua string
+	//go:embed lua/release.lua
+	releaseLua string
+
+	claimScript      = redis.NewScript(claimLua)
+	heartbeatScript  = redis.NewScript(heartbeatLua)
+	checkpointScript = redis.NewScript(checkpointLua)
+	completeScript   = redis.NewScript(completeLua)
+	releaseScript    = redis.NewScript(releaseLua)
+)
+
+// RedisStore is the Store on Redis 7.0 or newer, standalone, with replicas,
+// or Redis Cluster. Each operation has two keys sharing one hash tag,
+// "<prefix>:{<id>}" for the record and "<prefix>:{<id>}:l" for the lease, so
+// every script touches one slot. Every key carries a TTL; Redis expiry is the
+// only cleanup. Each method is one script run: EVALSHA, falling back to EVAL
+// the first time a server lacks the script.
+//
+// The go-redis Ring client is not supported: it re-hashes keys when a shard
+// drops, which breaks the at-most-once guarantee.
+type RedisStore struct {
+	c        redis.UniversalClient
+	prefix   string
+	replicas int
+	ackWait  time.Duration
+	log      *slog.Logger
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// RedisOption configures a RedisStore.
+type RedisOption func(*RedisStore)
+
+// WithPrefix sets the prefix of every key the store writes. The default is
+// "idem". Guards with different prefixes on one Redis never see each other's
+// operations.
+func WithPrefix(p string) RedisOption {
+	return func(s *RedisStore) {
+		if p != "" {
+			s.prefix = p
+		}
+	}
+}
+
+// WithReplicaAck makes every claim and completion wait, with Redis WAIT,
+// until n replicas acknowledged it, for at most timeout. It narrows the
+// window in which a failover to an asynchronous replica can lose a claim or
+// a result, at the cost of one more round trip. A write that too few replicas
+// acknowledged in time is reported as a store failure. The default, n = 0,
+// does not wait.
+func WithReplicaAck(n int, timeout time.Duration) RedisOption {
+	return func(s *RedisStore) {
+		s.replicas = max(n, 0)
+		s.ackWait = max(timeout, 0)
+	}
+}
+
+// WithStoreLogger sets the logger Check writes its warnings to. The default
+// is slog.Default().
+func WithStoreLogger(l *slog.Logger) RedisOption {
+	return func(s *RedisStore) {
+		if l != nil {
+			s.log = l
+		}
+	}
+}
+
+// NewRedisStore returns a store on c, which may be a *redis.Client, a
+// *redis.ClusterClient or a failover client. It does no I/O; call Check at
+// start-up to verify the server.
+func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
+	s := &RedisStore{c: c, prefix: "idem", log: slog.Default()}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s
+}
+
+func (s *RedisStore) keys(id string) []string {
+	rec := s.prefix + ":{" + id + "}"
+	return []string{rec, rec + ":l"}
+}
+
+// Claim implements Store.
+func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
+	keys := s.keys(id)
+	v, err := claimScript.Run(ctx, s.c, keys, c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL)).Slice()
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	res, err := parseClaim(v)
+	if err == nil && res.Status == Claimed && s.replicas > 0 {
+		if err = s.waitReplicas(ctx, keys[0]); err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+			defer cancel()
+			_ = s.Release(rctx, id, c.Owner)
+		}
+	}
+	return res, err
+}
+
+func parseClaim(v []any) (ClaimResult, error) {
+	if len(v) == 0 {
+		return ClaimResult{}, errors.New("idem: empty claim reply")
+	}
+	status, _ := v[0].(int64)
+	res := ClaimResult{Status: ClaimStatus(status)}
+	switch {
+	case res.Status == Claimed && len(v) == 3:
+		res.Fence, _ = v[1].(int64)
+		cps, _ := v[2].(string)
+		var err error
+		if res.Checkpoints, err = decodeCheckpoints(cps); err != nil {
+			return ClaimResult{}, err
+		}
+	case res.Status == Completed && len(v) == 2:
+		p, _ := v[1].(string)
+		res.Payload = []byte(p)
+	case res.Status == Busy && len(v) == 2:
+		ttl, _ := v[1].(int64)
+		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
+	case res.Status == Mismatch:
+	default:
+		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
+	}
+	return res, nil
+}
+
+// Heartbeat implements Store.
+func (s *RedisStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	return owned(heartbeatScript.Run(ctx, s.c, s.keys(id)[1:], owner, ms(lease)).Int64())
+}
+
+// Checkpoint implements Store.
+func (s *RedisStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
+	return owned(checkpointScript.Run(ctx, s.c, s.keys(id)[:1], owner, name, value).Int64())
+}
+
+// Complete implements Store.
+func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
+	keys := s.keys(id)
+	if err := owned(completeScript.Run(ctx, s.c, keys, owner, payload, ms(retention)).Int64()); err != nil {
+		return err
+	}
+	if s.replicas > 0 {
+		return s.waitReplicas(ctx, keys[0])
+	}
+	return nil
+}
+
+// Release implements Store.
+func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
+	return owned(releaseScript.Run(ctx, s.c, s.keys(id), owner).Int64())
+}
+
+// Read implements Store. It costs one round trip (a pipeline of three reads
+// on the record's slot).
+func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
+	keys := s.keys(id)
+	var get *redis.StringCmd
+	var ttl, lttl *redis.DurationCmd
+	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, keys[0])
+		ttl = p.PTTL(ctx, keys[0])
+		lttl = p.PTTL(ctx, keys[1])
+		return nil
+	})
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, err := decodeRecord(get.Val())
+	if err != nil {
+		return nil, err
+	}
+	r.TTL = max(ttl.Val(), 0)
+	r.LeaseTTL = max(lttl.Val(), 0)
+	return r, nil
+}
+
+// Check verifies the server at start-up: it returns an error for Redis older
+// than 7.0, and logs a warning when maxmemory-policy lets Redis evict keys
+// (every key idem writes has a TTL, so any policy but noeviction may drop
+// claims and results under memory pressure, and with them the guarantee).
+// Servers that do not expose INFO or CONFIG are not checked. On Redis
+// Cluster every master is checked.
+func (s *RedisStore) Check(ctx context.Context) error {
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
+		if v := infoField(info, "redis_version"); v != "" {
+			if major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); major < 7 {
+				return fmt.Errorf("idem: Redis %s at %s is not supported: it needs 7.0 or newer", v, c.Options().Addr)
+			}
+		}
+		policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
+			s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction",
+				"addr", c.Options().Addr, "maxmemory-policy", policy["maxmemory-policy"])
+		}
+		return nil
+	}
+	switch c := s.c.(type) {
+	case *redis.Client:
+		return check(ctx, c)
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	}
+	return nil
+}
+
+func infoField(info, name string) string {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// waitReplicas waits for s.replicas acknowledgements of the writes so far on
+// the connection to key's master.
+func (s *RedisStore) waitReplicas(ctx context.Context, key string) error {
+	var c interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	} = s.c
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		c = m
+	}
+	n, err := c.Do(ctx, "WAIT", s.replicas, s.ackWait.Milliseconds()).Int64()
+	if err != nil {
+		return err
+	}
+	if n < int64(s.replicas) {
+		return fmt.Errorf("idem: %d of %d replicas acknowledged the write within %v", n, s.replicas, s.ackWait)
+	}
+	return nil
+}
+
+// owned maps a script's 1/0 reply to nil/ErrLeaseLost.
+func owned(n int64, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case n != 1:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// decodeRecord parses a stored record: STATE|FENCE|OWNER|FINGERPRINT|BODY
+// (see lua/claim.lua).
+func decodeRecord(v string) (*Record, error) {
+	bad := func(why string) error { return fmt.Errorf("idem: unreadable record: %s", why) }
+	f := strings.SplitN(v, "|", 5)
+	if len(f) != 5 {
+		return nil, bad("too few fields")
+	}
+	r := &Record{Owner: f[2], Fingerprint: f[3]}
+	var err error
+	if r.Fence, err = strconv.ParseInt(f[1], 10, 64); err != nil || r.Fence < 1 {
+		return nil, bad("fence " + strconv.Quote(f[1]))
+	}
+	switch f[0] {
+	case "P":
+		r.State = StateInProgress
+		if r.Checkpoints, err = decodeCheckpoints(f[4]); err != nil {
+			return nil, err
+		}
+	case "C":
+		r.State = StateCompleted
+		r.Payload = []byte(f[4])
+	default:
+		return nil, bad("state " + strconv.Quote(f[0]))
+	}
+	return r, nil
+}
+
+// decodeCheckpoints parses checkpoints stored as netstring pairs:
+// LEN:NAME LEN:VALUE ... with later names replacing earlier ones.
+func decodeCheckpoints(s string) (map[string][]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
+	m := make(map[string][]byte)
+	next := func() (string, error) {
+		n, rest, ok := strings.Cut(s, ":")
+		l, err := strconv.Atoi(n)
+		if !ok || err != nil || l < 0 || l > len(rest) {
+			return "", errors.New("idem: unreadable checkpoints")
+		}
+		s = rest[l:]
+		return rest[:l], nil
+	}
+	for s != "" {
+		name, err := next()
+		if err != nil {
+			return nil, err
+		}
+		value, err := next()
+		if err != nil {
+			return nil, err
+		}
+		m[name] = []byte(value)
+	}
+	return m, nil
+}

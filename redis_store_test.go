@@ -1,0 +1,75 @@
+package idem_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+func TestRedisStoreContractMiniredis(t *testing.T) {
+	idemtest.Run(t, idemtest.Harness{
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			m := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { c.Close() })
+			return idem.NewRedisStore(c), m.FastForward
+		},
+	})
+}
+
+func TestRedisStoreContractRedisServer(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	idemtest.Run(t, idemtest.Harness{
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			return idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t))), time.Sleep
+		},
+		Lease:   150 * time.Millisecond,
+	})
+}
+
+func TestRedisStoreCheck(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	log, records := recordingLogger()
+	s := idem.NewRedisStore(c, idem.WithStoreLogger(log))
+
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, s.Check(ctx))
+	require.Empty(t, records(), "noeviction must not warn")
+
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+	require.NoError(t, s.Check(ctx))
+	require.Contains(t, records(), "maxmemory-policy noeviction", "an evicting policy must warn")
+}
+
+func TestRedisStoreCheckUnreachable(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	err := idem.NewRedisStore(c).Check(context.Background())
+	require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+}
+
+// TestRedisStoreScriptFlush proves that a server that lost its script cache
+// (restart, failover, SCRIPT FLUSH) is served again without an error.
+func TestRedisStoreScriptFlush(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		g := b.guard(t)
+		ctx := context.Background()
+		_, err := idem.Do(ctx, g, "k1", nil, okFn("a"))
+		require.NoError(t, err)
+		require.NoError(t, b.client.ScriptFlush(ctx).Err())
+		v, err := idem.Do(ctx, g, "k2", nil, okFn("b"))
+		require.NoError(t, err)
+		require.Equal(t, "b", v)
+	})
+}

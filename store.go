@@ -1,0 +1,122 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps the records of operations. RedisStore is the implementation;
+// the interface exists so that tests can wrap a store to inject faults, and
+// so that package idemtest can check any implementation against the
+// contract.
+//
+// Every method must be safe for concurrent use. Each is one atomic step on
+// one record, addressed by the operation's id (Attempt.ID), and must be
+// idempotent for its owner token: running it twice, as a client that re-sends
+// a command whose reply was lost does, reports the same outcome as once.
+// Methods return ErrLeaseLost when the caller does not own the record; any
+// other error means the store could not be reached or failed, and the engine
+// reports it as ErrStoreUnavailable.
+type Store interface {
+	// Claim claims the operation for c.Owner, or reports why not: the
+	// record is completed (its payload), busy (another owner's live lease),
+	// or holds another fingerprint. A claim of an absent record starts at
+	// fence 1; taking over an unfinished record whose lease is gone adds one
+	// to its fence and keeps its checkpoints. A claim by the record's own
+	// owner reports Claimed again.
+	Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error)
+
+	// Heartbeat renews owner's lease for another lease.
+	Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error
+
+	// Checkpoint saves a named value on owner's unfinished record.
+	Checkpoint(ctx context.Context, id, owner, name string, value []byte) error
+
+	// Complete stores payload and marks the record completed, kept for
+	// retention, if owner still owns it; then it drops owner's lease.
+	Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error
+
+	// Release drops owner's lease, keeping the record's fence, checkpoints
+	// and TTL, so that the next claim takes over.
+	Release(ctx context.Context, id, owner string) error
+
+	// Read returns the record, or nil when there is none.
+	Read(ctx context.Context, id string) (*Record, error)
+}
+
+// ClaimRequest is the input of Store.Claim.
+type ClaimRequest struct {
+	Owner       string        // fresh token of the claiming attempt
+	Fingerprint string        // fingerprint of the request
+	Lease       time.Duration // lease to take
+	TTL         time.Duration // lifetime of an unfinished record: lease + retention
+}
+
+// ClaimStatus is the outcome of Store.Claim.
+type ClaimStatus int
+
+// Outcomes of a claim.
+const (
+	Claimed   ClaimStatus = iota + 1 // the caller owns the operation
+	Completed                        // the operation is completed: replay Payload
+	Busy                             // another owner holds a live lease for RetryAfter
+	Mismatch                         // the record holds another fingerprint
+)
+
+// String returns the outcome's name.
+func (s ClaimStatus) String() string {
+	switch s {
+	case Claimed:
+		return "claimed"
+	case Completed:
+		return "completed"
+	case Busy:
+		return "busy"
+	case Mismatch:
+		return "mismatch"
+	}
+	return "unknown"
+}
+
+// ClaimResult is the output of Store.Claim. Only the fields of its Status
+// are set.
+type ClaimResult struct {
+	Status      ClaimStatus
+	Fence       int64             // Claimed: the attempt's fence
+	Checkpoints map[string][]byte // Claimed: checkpoints of earlier attempts
+	Payload     []byte            // Completed: the stored payload
+	RetryAfter  time.Duration     // Busy: remaining time of the holder's lease
+}
+
+// State is the state of a stored record.
+type State int
+
+// Record states. A record whose lease is gone is still StateInProgress: the
+// next claim takes it over.
+const (
+	StateInProgress State = iota + 1
+	StateCompleted
+)
+
+// String returns the state's name.
+func (s State) String() string {
+	switch s {
+	case StateInProgress:
+		return "IN_PROGRESS"
+	case StateCompleted:
+		return "COMPLETED"
+	}
+	return "UNKNOWN"
+}
+
+// Record is a stored operation, as returned by Store.Read.
+type Record struct {
+	State       State
+	Fence       int64
+	Owner       string
+	Fingerprint string
+	Checkpoints map[string][]byte // unfinished records only
+	Payload     []byte            // completed records only
+	TTL         time.Duration     // remaining lifetime of the record
+	LeaseTTL    time.Duration     // remaining lease, 0 when there is none
+}
