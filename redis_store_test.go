@@ -2,6 +2,8 @@ package idem_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +74,38 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "b", v)
 	})
+}
+
+// TestRedisStoreReplicaAck runs claims and completions that wait for a real
+// replica's acknowledgement, and shows that a missing replica fails the
+// claim cleanly: fn not run, the key left free.
+func TestRedisStoreReplicaAck(t *testing.T) {
+	primary := redistest.Start(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
+	replica := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	ctx := context.Background()
+	rc := replica.Client(t)
+	require.Eventually(t, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, 10*time.Second, 20*time.Millisecond, "replica never synced")
+
+	c := primary.Client(t)
+	g := idem.New(idem.NewRedisStore(c, idem.WithReplicaAck(1, 2*time.Second)))
+	v, err := idem.Do(ctx, g, "k", nil, okFn("acked"))
+	require.NoError(t, err)
+	require.Equal(t, "acked", v)
+	// The replica holds the completed record as soon as Do returns.
+	keys, err := rc.Keys(ctx, "idem:*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+
+	g2 := idem.New(idem.NewRedisStore(c, idem.WithReplicaAck(2, 50*time.Millisecond)), quiet)
+	ran := false
+	_, err = idem.Do(ctx, g2, "k2", nil, func(context.Context, *idem.Attempt) (string, error) { ran = true; return "", nil })
+	require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+	require.ErrorContains(t, err, "1 of 2 replicas")
+	require.False(t, ran)
+	v, err = idem.Do(ctx, g, "k2", nil, okFn("free"))
+	require.NoError(t, err, "the unacknowledged claim was released")
+	require.Equal(t, "free", v)
 }
