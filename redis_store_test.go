@@ -34,7 +34,7 @@ func TestRedisStoreContractRedisServer(t *testing.T) {
 		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
 			return idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t))), time.Sleep
 		},
-		Lease:   150 * time.Millisecond,
+		Lease: 150 * time.Millisecond,
 	})
 }
 

@@ -178,7 +178,7 @@ func completeRepeatedByOwner(t *testing.T, h env, s idem.Store) {
 func completeByStaleOwner(t *testing.T, h env, s idem.Store) {
 	id, stale := newID(), newToken(t)
 	claim(t, s, id, req(h, stale, "fp"), idem.Claimed)
-	h.Advance(h.Lease+h.Lease/2)
+	h.Advance(h.Lease + h.Lease/2)
 	fresh := newToken(t)
 	res := claim(t, s, id, req(h, fresh, "fp"), idem.Claimed)
 	if res.Fence != 2 {
@@ -220,7 +220,7 @@ func takeoverAfterLeaseExpiry(t *testing.T, h env, s idem.Store) {
 	claim(t, s, id, req(h, dead, "fp"), idem.Claimed)
 	noErr(t, "Checkpoint", s.Checkpoint(ctx, id, dead, "step", []byte("1")))
 	claim(t, s, id, req(h, newToken(t), "fp"), idem.Busy)
-	h.Advance(h.Lease+h.Lease/2)
+	h.Advance(h.Lease + h.Lease/2)
 	res := claim(t, s, id, req(h, newToken(t), "fp"), idem.Claimed)
 	if res.Fence != 2 || string(res.Checkpoints["step"]) != "1" {
 		t.Fatalf("takeover: fence %d, checkpoints %q; want 2 and step=1", res.Fence, res.Checkpoints)
@@ -231,7 +231,7 @@ func heartbeat(t *testing.T, h env, s idem.Store) {
 	id, owner := newID(), newToken(t)
 	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
 	for range 3 {
-		h.Advance(h.Lease/2)
+		h.Advance(h.Lease / 2)
 		noErr(t, "Heartbeat", s.Heartbeat(ctx, id, owner, h.Lease))
 	}
 	// 1.5 leases have passed since the claim: only the heartbeat kept it.
