@@ -46,9 +46,15 @@ func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) err
 	if name == "" || len(name) > maxCheckpointName {
 		return fmt.Errorf("idem: checkpoint name must be 1 to %d bytes, got %d", maxCheckpointName, len(name))
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+		return cause // the heartbeat found the lease taken: no need to ask
+	}
 	if err := a.store.Checkpoint(ctx, a.ID, a.owner, name, value); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		switch {
+		case errors.Is(err, ErrLeaseLost):
 			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("idem: checkpoint: %w", context.Cause(ctx))
 		}
 		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	}

@@ -459,6 +459,18 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 
 // run runs fn as the owner of a fresh claim.
 func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn func(ctx context.Context, a *Attempt) ([]byte, bool, error)) (payload []byte, err error) {
+	if time.Since(claimed) > g.lease/3 {
+		// The claim's reply came late (a slow server, or a claim re-sent
+		// after a lost reply): renew before running fn, so that fn starts
+		// with a lease that is live in Redis and a local deadline to match.
+		sent, err := g.renew(ctx, id, owner)
+		if err != nil {
+			g.release(ctx, id, owner)
+			return nil, fmt.Errorf("%w: the claim answered after %v and its lease could not be renewed: %w",
+				ErrStoreUnavailable, time.Since(claimed).Round(time.Millisecond), err)
+		}
+		claimed = sent
+	}
 	a := &Attempt{Key: key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
 	hctx, stop := g.holdLease(ctx, id, owner, claimed)
 	var keep bool

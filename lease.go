@@ -6,12 +6,14 @@ import (
 	"time"
 )
 
-// holdLease keeps the lease on id while the function runs. The returned
-// context is cancelled with cause ErrLeaseLost when the lease is found taken,
-// or when it could not be renewed before it would have expired: the holder
-// measures the lease locally from the moment the claim (or the last
-// successful renewal) was sent, less a margin of a tenth for clock drift.
-// stop ends the heartbeat and returns once its goroutine has exited.
+// holdLease keeps the lease on id while the function runs, renewing it every
+// lease/3. The returned context is cancelled with cause ErrLeaseLost when a
+// renewal finds the lease taken, or when the lease could not be renewed
+// before it would have expired: the holder measures the lease locally from
+// the moment the claim (or the last successful renewal) was sent, less a
+// margin of a tenth. That deadline holds even while a renewal hangs on an
+// unresponsive server. stop ends the heartbeat and returns once no renewal
+// is in flight.
 func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Time) (hctx context.Context, stop func()) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	quit := make(chan struct{})
@@ -20,43 +22,53 @@ func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Ti
 	go func() {
 		defer close(done)
 		valid := claimed.Add(g.lease - margin)
-		next := claimed.Add(g.lease / 3)
-		t := time.NewTimer(time.Until(next))
-		defer t.Stop()
+		expire := time.NewTimer(time.Until(valid))
+		beat := time.NewTimer(time.Until(claimed.Add(g.lease / 3)))
+		defer expire.Stop()
+		defer beat.Stop()
+		var (
+			inflight chan error // set while a renewal runs
+			sent     time.Time
+		)
+		defer func() {
+			if inflight != nil {
+				<-inflight
+			}
+		}()
 		for {
 			select {
 			case <-quit:
 				return
 			case <-hctx.Done():
 				return
-			case <-t.C:
-			}
-			now := time.Now()
-			if !now.Before(valid) {
+			case <-expire.C:
 				g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
 				cancel(ErrLeaseLost)
 				return
+			case <-beat.C:
+				sent = time.Now()
+				inflight = make(chan error, 1)
+				go func(ch chan<- error, deadline time.Time) {
+					rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+					defer rcancel()
+					ch <- g.store.Heartbeat(rctx, id, owner, g.lease)
+				}(inflight, valid)
+			case err := <-inflight:
+				inflight = nil
+				switch {
+				case err == nil:
+					valid = sent.Add(g.lease - margin)
+					expire.Reset(time.Until(valid))
+					beat.Reset(time.Until(sent.Add(g.lease / 3)))
+				case errors.Is(err, ErrLeaseLost):
+					g.log.WarnContext(ctx, "idem: lease lost to another attempt", "id", id)
+					cancel(ErrLeaseLost)
+					return
+				default:
+					g.log.WarnContext(ctx, "idem: heartbeat failed", "id", id, "err", err)
+					beat.Reset(g.lease / 10)
+				}
 			}
-			rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), valid)
-			err := g.store.Heartbeat(rctx, id, owner, g.lease)
-			rcancel()
-			switch {
-			case err == nil:
-				valid = now.Add(g.lease - margin)
-				next = now.Add(g.lease / 3)
-			case errors.Is(err, ErrLeaseLost):
-				g.log.WarnContext(ctx, "idem: lease lost to another attempt", "id", id)
-				cancel(ErrLeaseLost)
-				return
-			default:
-				// Try again soon, but wake up in time to give up at valid.
-				g.log.WarnContext(ctx, "idem: heartbeat failed", "id", id, "err", err)
-				next = time.Now().Add(g.lease / 10)
-			}
-			if valid.Before(next) {
-				next = valid
-			}
-			t.Reset(time.Until(next))
 		}
 	}()
 	return hctx, func() {
@@ -64,4 +76,14 @@ func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Ti
 		<-done
 		cancel(nil)
 	}
+}
+
+// renew renews a lease whose claim took long to answer, so that the holder
+// measures its lease from now rather than from the claim. It returns the
+// time the renewal was sent.
+func (g *Guard) renew(ctx context.Context, id, owner string) (time.Time, error) {
+	sent := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.lease-g.lease/10)
+	defer cancel()
+	return sent, g.store.Heartbeat(rctx, id, owner, g.lease)
 }

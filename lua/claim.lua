@@ -12,7 +12,8 @@
 -- ARGV[4]  record TTL for an unfinished record (lease + retention), in milliseconds
 --
 -- Returns one of
---   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the claim (a re-sent claim)
+--   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
+--                            claim), whose lease is then renewed
 --   {2, payload}             completed: the stored payload, to replay
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
 --   {4}                      mismatch: the record holds another fingerprint
@@ -31,6 +32,13 @@ if v then
   end
   cps = string.sub(v, pos)
   if owner == ARGV[1] then
+    -- A re-sent claim. The lease may have expired since the first run of this
+    -- script; nobody took over (the record is still the caller's), so renew it.
+    local l = redis.call('GET', KEYS[2])
+    if l and l ~= ARGV[1] then
+      return {3, redis.call('PTTL', KEYS[2])}
+    end
+    redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
     return {1, tonumber(f), cps}
   end
   local ttl = redis.call('PTTL', KEYS[2])
