@@ -18,63 +18,73 @@ func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Ti
 	hctx, cancel := context.WithCancelCause(ctx)
 	quit := make(chan struct{})
 	done := make(chan struct{})
-	margin := g.lease / 10
-	go func() {
+	// Most functions finish within lease/3: the heartbeat goroutine starts
+	// only when the first renewal is due, so they pay for one timer.
+	first := time.AfterFunc(time.Until(claimed.Add(g.lease/3)), func() {
 		defer close(done)
-		valid := claimed.Add(g.lease - margin)
-		expire := time.NewTimer(time.Until(valid))
-		beat := time.NewTimer(time.Until(claimed.Add(g.lease / 3)))
-		defer expire.Stop()
-		defer beat.Stop()
-		var (
-			inflight chan error // set while a renewal runs
-			sent     time.Time
-		)
-		defer func() {
-			if inflight != nil {
-				<-inflight
-			}
-		}()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-hctx.Done():
-				return
-			case <-expire.C:
-				g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
-				cancel(ErrLeaseLost)
-				return
-			case <-beat.C:
-				sent = time.Now()
-				inflight = make(chan error, 1)
-				go func(ch chan<- error, deadline time.Time) {
-					rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-					defer rcancel()
-					ch <- g.store.Heartbeat(rctx, id, owner, g.lease)
-				}(inflight, valid)
-			case err := <-inflight:
-				inflight = nil
-				switch {
-				case err == nil:
-					valid = sent.Add(g.lease - margin)
-					expire.Reset(time.Until(valid))
-					beat.Reset(time.Until(sent.Add(g.lease / 3)))
-				case errors.Is(err, ErrLeaseLost):
-					g.log.WarnContext(ctx, "idem: lease lost to another attempt", "id", id)
-					cancel(ErrLeaseLost)
-					return
-				default:
-					g.log.WarnContext(ctx, "idem: heartbeat failed", "id", id, "err", err)
-					beat.Reset(g.lease / 10)
-				}
-			}
+		g.heartbeat(ctx, hctx, cancel, quit, id, owner, claimed)
+	})
+	return hctx, func() {
+		if !first.Stop() {
+			close(quit)
+			<-done
+		}
+		cancel(nil)
+	}
+}
+
+// heartbeat renews the lease now and every lease/3 after, until quit is
+// closed or the lease is lost; see holdLease.
+func (g *Guard) heartbeat(ctx, hctx context.Context, cancel context.CancelCauseFunc, quit <-chan struct{}, id, owner string, claimed time.Time) {
+	margin := g.lease / 10
+	valid := claimed.Add(g.lease - margin)
+	expire := time.NewTimer(time.Until(valid))
+	beat := time.NewTimer(0)
+	defer expire.Stop()
+	defer beat.Stop()
+	var (
+		inflight chan error // set while a renewal runs
+		sent     time.Time
+	)
+	defer func() {
+		if inflight != nil {
+			<-inflight
 		}
 	}()
-	return hctx, func() {
-		close(quit)
-		<-done
-		cancel(nil)
+	for {
+		select {
+		case <-quit:
+			return
+		case <-hctx.Done():
+			return
+		case <-expire.C:
+			g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
+			cancel(ErrLeaseLost)
+			return
+		case <-beat.C:
+			sent = time.Now()
+			inflight = make(chan error, 1)
+			go func(ch chan<- error, deadline time.Time) {
+				rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+				defer rcancel()
+				ch <- g.store.Heartbeat(rctx, id, owner, g.lease)
+			}(inflight, valid)
+		case err := <-inflight:
+			inflight = nil
+			switch {
+			case err == nil:
+				valid = sent.Add(g.lease - margin)
+				expire.Reset(time.Until(valid))
+				beat.Reset(time.Until(sent.Add(g.lease / 3)))
+			case errors.Is(err, ErrLeaseLost):
+				g.log.WarnContext(ctx, "idem: lease lost to another attempt", "id", id)
+				cancel(ErrLeaseLost)
+				return
+			default:
+				g.log.WarnContext(ctx, "idem: heartbeat failed", "id", id, "err", err)
+				beat.Reset(g.lease / 10)
+			}
+		}
 	}
 }
 
