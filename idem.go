@@ -310,15 +310,13 @@ type op struct {
 // of its namespace, scope and key. Hashing keeps any key out of another's key
 // space and gives every Redis key of the operation one hash tag.
 func (o op) id() string {
-	h := sha256.New()
-	var n [9]byte
-	n[0] = o.ns
-	binary.BigEndian.PutUint64(n[1:], uint64(len(o.scope)))
-	h.Write(n[:])
-	h.Write([]byte(o.scope))
-	h.Write([]byte(o.key))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	var buf [128]byte
+	b := append(buf[:0], o.ns)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(o.scope)))
+	b = append(b, o.scope...)
+	b = append(b, o.key...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // validKey reports why key is not a valid idempotency key, wrapping
@@ -352,13 +350,11 @@ func requestFingerprint(req any) (string, error) {
 		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
 	}
 	if len(b) > 0 && (b[0] == '{' || b[0] == '[') {
-		// Structs marshal in field order, maps in key order: decode and
-		// re-encode so that equal JSON documents fingerprint equally.
-		var doc any
-		if err := unmarshalNumbers(b, &doc); err == nil {
-			if c, err := json.Marshal(doc); err == nil {
-				b = c
-			}
+		// Structs marshal in field order, maps in key order: canonicalise
+		// so that equal JSON documents fingerprint equally, also across a
+		// deploy that reorders a struct's fields.
+		if c, ok := canonicalJSON(make([]byte, 0, len(b)), b); ok {
+			b = c
 		}
 	}
 	return fingerprint(b), nil
