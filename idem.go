@@ -177,7 +177,7 @@ func New(store Store, opts ...Option) *Guard {
 //
 // What a caller gets:
 //   - First caller: fn runs with a lease on key, renewed while it runs.
-//     Its value is stored as JSON and returned.
+//     Its value is stored as JSON (a []byte as is) and returned.
 //   - Repeat after completion: the stored value, decoded into T; fn does not run.
 //   - Concurrent duplicate: *InProgressError (ErrInProgress), or, with
 //     WithWait, the first caller's result once stored.
@@ -219,6 +219,9 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 				return encodeError(ferr), true, nil
 			}
 			return nil, false, ferr
+		}
+		if raw, ok := any(v).([]byte); ok {
+			return append([]byte{payloadBytes}, raw...), true, nil
 		}
 		b, merr := json.Marshal(v)
 		if merr != nil {
@@ -289,8 +292,9 @@ const (
 
 // Payload tags for results stored by Do and Once.
 const (
-	payloadValue byte = 'v'
-	payloadError byte = 'e'
+	payloadValue byte = 'v' // JSON
+	payloadBytes byte = 'b' // a []byte result, stored as is
+	payloadError byte = 'e' // the message of a Permanent error
 )
 
 // onceFingerprint is the fingerprint of every Once id: a message id stands
@@ -360,9 +364,10 @@ func requestFingerprint(req any) (string, error) {
 	return fingerprint(b), nil
 }
 
-// newToken returns a fresh owner token: 96 random bits, base64url encoded.
+// newToken returns a fresh owner token: 72 random bits, base64url encoded.
+// It only needs to differ between the claims of one key.
 func newToken() string {
-	var b [12]byte
+	var b [9]byte
 	rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
@@ -379,6 +384,12 @@ func decodeResult[T any](payload []byte) (T, error) {
 	switch payload[0] {
 	case payloadError:
 		return v, &permanentError{err: errors.New(string(payload[1:]))}
+	case payloadBytes:
+		if p, ok := any(&v).(*[]byte); ok {
+			*p = payload[1:]
+			return v, nil
+		}
+		return v, fmt.Errorf("idem: stored result is bytes and does not decode into %T", v)
 	case payloadValue:
 		if err := json.Unmarshal(payload[1:], &v); err != nil {
 			return v, fmt.Errorf("idem: stored result does not decode into %T: %w", v, err)

@@ -29,7 +29,7 @@ func FuzzValidKey(f *testing.F) {
 // error, never a panic, and that checkpoints round-trip.
 func FuzzDecodeRecord(f *testing.F) {
 	for _, s := range []string{
-		"P|1|owner|fp|", "P|2|o|f|1:a1:b", "C|3|o|f|v{\"x\":1}", "C|1|o|f|", "P|x|o|f|", "Q|1|o|f|",
+		"P|1|owner|fp|", "P|2|o|f|1:a1:b", "C|3|o|f|=v{\"x\":1}", "C|1|o|f|=", "C|1|o|f|z\x01\x00", "C|1|o|f|zgarbage", "P|x|o|f|", "Q|1|o|f|",
 		"P|1|o|f|9:a", "P|1|o|f|-1:", "P|1|o|f|1:a", "", "|||||",
 	} {
 		f.Add(s)

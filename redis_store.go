@@ -2,13 +2,17 @@ package idem
 
 import (
 	"bufio"
+	"bytes"
+	"compress/flate"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,11 +47,12 @@ var (
 // The go-redis Ring client is not supported: it re-hashes keys when a shard
 // drops, which breaks the at-most-once guarantee.
 type RedisStore struct {
-	c        redis.UniversalClient
-	prefix   string
-	replicas int
-	ackWait  time.Duration
-	log      *slog.Logger
+	c             redis.UniversalClient
+	prefix        string
+	replicas      int
+	ackWait       time.Duration
+	compressAbove int
+	log           *slog.Logger
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -79,6 +84,15 @@ func WithReplicaAck(n int, timeout time.Duration) RedisOption {
 	}
 }
 
+// WithCompression sets the payload size from which stored results are
+// compressed (DEFLATE), kept only when that makes them smaller. Stored
+// responses are Redis memory held for the whole retention; JSON bodies
+// typically shrink several times. The default is 1024 bytes; zero or
+// negative turns compression off. Records are read back either way.
+func WithCompression(minSize int) RedisOption {
+	return func(s *RedisStore) { s.compressAbove = minSize }
+}
+
 // WithStoreLogger sets the logger Check writes its warnings to. The default
 // is slog.Default().
 func WithStoreLogger(l *slog.Logger) RedisOption {
@@ -93,7 +107,7 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 // *redis.ClusterClient or a failover client. It does no I/O; call Check at
 // start-up to verify the server.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	s := &RedisStore{c: c, prefix: "idem", log: slog.Default()}
+	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -141,7 +155,10 @@ func parseClaim(v []any) (ClaimResult, error) {
 		}
 	case res.Status == Completed && len(v) == 2:
 		p, _ := v[1].(string)
-		res.Payload = []byte(p)
+		var err error
+		if res.Payload, err = decodePayload(p); err != nil {
+			return ClaimResult{}, err
+		}
 	case res.Status == Busy && len(v) == 2:
 		ttl, _ := v[1].(int64)
 		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
@@ -165,7 +182,8 @@ func (s *RedisStore) Checkpoint(ctx context.Context, id, owner, name string, val
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
 	keys := s.keys(id)
-	if err := owned(completeScript.Run(ctx, s.c, keys, owner, payload, ms(retention)).Int64()); err != nil {
+	format, payload := s.encodePayload(payload)
+	if err := owned(completeScript.Run(ctx, s.c, keys, owner, payload, ms(retention), format).Int64()); err != nil {
 		return err
 	}
 	if s.replicas > 0 {
@@ -306,7 +324,9 @@ func decodeRecord(v string) (*Record, error) {
 		}
 	case "C":
 		r.State = StateCompleted
-		r.Payload = []byte(f[4])
+		if r.Payload, err = decodePayload(f[4]); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, bad("state " + strconv.Quote(f[0]))
 	}
@@ -341,4 +361,55 @@ func decodeCheckpoints(s string) (map[string][]byte, error) {
 		m[name] = []byte(value)
 	}
 	return m, nil
+}
+
+// Payload formats: the byte stored before a completed record's payload.
+const (
+	formatRaw     = "="
+	formatDeflate = "z"
+)
+
+var deflaters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(nil, flate.BestSpeed)
+	return w
+}}
+
+// encodePayload returns the payload to store and its format: deflated when
+// it is at least s.compressAbove bytes and deflating makes it smaller.
+func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
+	if s.compressAbove <= 0 || len(p) < s.compressAbove {
+		return formatRaw, p
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(p) / 2)
+	w := deflaters.Get().(*flate.Writer)
+	defer deflaters.Put(w)
+	w.Reset(&buf)
+	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
+		return formatRaw, p
+	}
+	return formatDeflate, buf.Bytes()
+}
+
+// maxInflated bounds a decompressed payload, against a corrupted record.
+const maxInflated = 64 << 20
+
+// decodePayload undoes encodePayload.
+func decodePayload(v string) ([]byte, error) {
+	if v == "" {
+		return nil, errors.New("idem: unreadable record: no payload format")
+	}
+	switch v[:1] {
+	case formatRaw:
+		return []byte(v[1:]), nil
+	case formatDeflate:
+		r := flate.NewReader(strings.NewReader(v[1:]))
+		defer r.Close()
+		p, err := io.ReadAll(io.LimitReader(r, maxInflated+1))
+		if err != nil || len(p) > maxInflated {
+			return nil, fmt.Errorf("idem: unreadable record: bad compressed payload: %v", err)
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("idem: unreadable record: payload format %q", v[:1])
 }

@@ -2,6 +2,8 @@ package idem_test
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,4 +110,48 @@ func TestRedisStoreReplicaAck(t *testing.T) {
 	v, err = idem.Do(ctx, g, "k2", nil, okFn("free"))
 	require.NoError(t, err, "the unacknowledged claim was released")
 	require.Equal(t, "free", v)
+}
+
+// TestRedisStoreCompression stores a large, compressible result deflated and
+// replays it intact; small or incompressible results are stored as they are.
+func TestRedisStoreCompression(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		big := []byte(strings.Repeat(`{"id":"pay_123","amount":1000,"currency":"EUR","status":"succeeded"},`, 150))
+		noise := make([]byte, 4096)
+		rand.Read(noise)
+		tests := []struct {
+			name    string
+			opts    []idem.RedisOption
+			payload []byte
+			smaller bool
+		}{
+			{name: "compressible", payload: big, smaller: true},
+			{name: "small", payload: []byte("tiny result")},
+			{name: "compression off", opts: []idem.RedisOption{idem.WithCompression(0)}, payload: big},
+			{name: "incompressible", payload: noise},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				g := idem.New(b.store(tt.opts...))
+				key := fmt.Sprint("c", i)
+				var id string
+				_, err := idem.Do(ctx, g, key, nil, func(_ context.Context, a *idem.Attempt) ([]byte, error) {
+					id = a.ID
+					return tt.payload, nil
+				})
+				require.NoError(t, err)
+				got, err := idem.Do(ctx, g, key, nil, func(context.Context, *idem.Attempt) ([]byte, error) { return nil, nil })
+				require.NoError(t, err)
+				require.Equal(t, tt.payload, got, "replayed intact")
+				stored, err := b.client.StrLen(ctx, b.prefix+":{"+id+"}").Result()
+				require.NoError(t, err)
+				if tt.smaller {
+					require.Less(t, stored, int64(len(tt.payload))/4, "stored deflated")
+				} else {
+					require.Greater(t, stored, int64(len(tt.payload)), "stored as is")
+				}
+			})
+		}
+	})
 }

@@ -2,7 +2,8 @@
 --
 -- Record layout (one string): STATE|FENCE|OWNER|FINGERPRINT|BODY
 --   STATE is P (in progress or released) or C (completed). For P, BODY holds the
---   checkpoints as netstrings (LEN:NAME LEN:VALUE ...); for C, the stored payload.
+--   checkpoints as netstrings (LEN:NAME LEN:VALUE ...); for C, the stored payload
+--   after a format byte (see complete.lua).
 --
 -- KEYS[1]  record key
 -- KEYS[2]  lease key
@@ -14,7 +15,7 @@
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
 --                            claim), whose lease is then renewed
---   {2, payload}             completed: the stored payload, to replay
+--   {2, payload}             completed: the format byte and the stored payload, to replay
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
 --   {4}                      mismatch: the record holds another fingerprint
 local v = redis.call('GET', KEYS[1])

@@ -6,6 +6,7 @@
 -- ARGV[1]  owner token of the caller
 -- ARGV[2]  payload to store
 -- ARGV[3]  retention, in milliseconds
+-- ARGV[4]  payload format: one byte, stored before the payload (= raw, z deflate)
 --
 -- Returns 1 when the record is completed by the caller (also when it already was: a
 -- re-sent complete), 0 when the caller does not own the record or it is gone.
@@ -20,7 +21,7 @@ end
 if st == 'C' then
   return 1
 end
-redis.call('SET', KEYS[1], 'C|' .. f .. '|' .. owner .. '|' .. fp .. '|' .. ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], 'C|' .. f .. '|' .. owner .. '|' .. fp .. '|' .. ARGV[4] .. ARGV[2], 'PX', ARGV[3])
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
