@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -847,4 +848,10 @@ func fpOfNil(t *testing.T, b *backend, id string) string {
 	require.NoError(t, err)
 	require.NotNil(t, r)
 	return r.Fingerprint
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	redistest.StopShared()
+	os.Exit(code)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,8 +17,8 @@ import (
 // clusterSize is the number of masters; there are no replicas.
 const clusterSize = 3
 
-// A Cluster is a Redis Cluster of three masters on 127.0.0.1, created with
-// redis-cli --cluster create, the 16384 slots split evenly between them.
+// A Cluster is a Redis Cluster of three masters on 127.0.0.1, without
+// replicas, the 16384 slots split evenly between them.
 type Cluster struct {
 	nodes []*Server
 }
@@ -27,12 +26,11 @@ type Cluster struct {
 // StartCluster starts a three-master Redis Cluster, waits until every node
 // reports cluster_state:ok and registers its termination with tb.Cleanup.
 // Startup takes about two seconds: a fresh master refuses to report the
-// cluster as ok sooner. It skips the test when redis-server or redis-cli is
-// not on PATH (see RequireEnv).
+// cluster as ok sooner. It skips the test when redis-server is not on PATH
+// (see RequireEnv); redis-cli is not needed.
 func StartCluster(tb testing.TB, opts ...Option) *Cluster {
 	tb.Helper()
 	server := lookPath(tb, "redis-server", skipServer)
-	cli := lookPath(tb, "redis-cli", skipCLI)
 	var c config
 	for _, o := range opts {
 		o(&c)
@@ -41,7 +39,7 @@ func StartCluster(tb testing.TB, opts ...Option) *Cluster {
 	for i := range dirs {
 		dirs[i] = tb.TempDir()
 	}
-	cl, err := startCluster(server, cli, dirs, c.args)
+	cl, err := startCluster(server, dirs, c.args)
 	if cl != nil {
 		tb.Cleanup(cl.stopNow)
 	}
@@ -56,36 +54,42 @@ func StartCluster(tb testing.TB, opts ...Option) *Cluster {
 func SharedCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	server := lookPath(tb, "redis-server", skipServer)
-	cli := lookPath(tb, "redis-cli", skipCLI)
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if sharedCluster == nil {
-		dirs := make([]string, clusterSize)
-		for i := range dirs {
-			d, err := sharedDir()
-			if err != nil {
-				tb.Fatal(err)
-			}
-			dirs[i] = d
-		}
-		cl, err := startCluster(server, cli, dirs, nil)
-		if err != nil {
-			if cl != nil {
-				cl.stopNow()
-			}
-			tb.Fatal(err)
-		}
-		for _, n := range cl.nodes {
-			n.shared = true
-		}
-		sharedCluster = cl
+	if sharedCluster == nil && sharedClusterFailure == nil {
+		sharedCluster, sharedClusterFailure = startSharedCluster(server)
+	}
+	if sharedClusterFailure != nil {
+		tb.Fatal(sharedClusterFailure)
 	}
 	return sharedCluster
 }
 
+func startSharedCluster(server string) (*Cluster, error) {
+	dirs := make([]string, clusterSize)
+	for i := range dirs {
+		d, err := sharedDir()
+		if err != nil {
+			return nil, err
+		}
+		dirs[i] = d
+	}
+	cl, err := startCluster(server, dirs, nil)
+	if err != nil {
+		if cl != nil {
+			cl.stopNow()
+		}
+		return nil, err
+	}
+	for _, n := range cl.nodes {
+		n.shared = true
+	}
+	return cl, nil
+}
+
 // startCluster starts the nodes in parallel, joins them and waits for the
 // cluster to be ok. On error it returns the nodes started so far.
-func startCluster(server, cli string, dirs, args []string) (*Cluster, error) {
+func startCluster(server string, dirs, args []string) (*Cluster, error) {
 	cl := &Cluster{nodes: make([]*Server, len(dirs))}
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
@@ -105,12 +109,8 @@ func startCluster(server, cli string, dirs, args []string) (*Cluster, error) {
 		return &Cluster{nodes: started}, err
 	}
 
-	create := []string{"--cluster", "create"}
-	create = append(create, cl.Addrs()...)
-	create = append(create, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command(cli, create...).CombinedOutput()
-	if err != nil {
-		return cl, fmt.Errorf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	if err := cl.join(); err != nil {
+		return cl, err
 	}
 	return cl, cl.waitOK()
 }
@@ -131,7 +131,7 @@ func startClusterNode(path, dir string, args []string) (*Server, error) {
 			"--cluster-port", strconv.Itoa(ports[1]),
 			"--cluster-node-timeout", "5000",
 		}
-		s := &Server{path: path, dir: dir, port: ports[0], args: append(nodeArgs, args...)}
+		s := &Server{path: path, dir: dir, port: ports[0], busPort: ports[1], args: append(nodeArgs, args...)}
 		if err = s.launch(); err == nil {
 			return s, nil
 		}
@@ -141,6 +141,33 @@ func startClusterNode(path, dir string, args []string) (*Server, error) {
 		_ = os.Remove(filepath.Join(dir, "nodes.conf"))
 	}
 	return nil, err
+}
+
+// join does what redis-cli --cluster create does for masters without
+// replicas: it gives each node an equal range of slots and a distinct config
+// epoch, and introduces the nodes to each other. Unlike redis-cli, which
+// checks the join once a second, waitOK then polls every 10ms.
+func (c *Cluster) join() error {
+	per := 16384 / len(c.nodes)
+	for i, n := range c.nodes {
+		first, last := i*per, (i+1)*per-1
+		if i == len(c.nodes)-1 {
+			last = 16383
+		}
+		cmds := [][]string{
+			{"CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(first), strconv.Itoa(last)},
+			{"CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i + 1)},
+		}
+		for _, m := range c.nodes[:i] { // a full mesh: no waiting for gossip
+			cmds = append(cmds, []string{"CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(m.port), strconv.Itoa(m.busPort)})
+		}
+		for _, cmd := range cmds {
+			if _, err := do(n.Addr(), probeTimeout, cmd...); err != nil {
+				return fmt.Errorf("redistest: %s on %s: %w", strings.Join(cmd, " "), n.Addr(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // waitOK polls CLUSTER INFO on every node until each reports the cluster ok,

@@ -74,7 +74,7 @@ type ReplyDropper struct {
 }
 
 // NewReplyDropper returns a ReplyDropper that drops the replies of the first
-// n commands that match.
+// n commands that match and succeed (get a reply other than an error).
 func NewReplyDropper(match Matcher, n int) *ReplyDropper {
 	d := &ReplyDropper{match: match}
 	d.budget.Store(int64(n))

@@ -15,9 +15,9 @@
 // only on 127.0.0.1, and are killed by the test's cleanup (shared ones by
 // StopShared, or on Linux by the kernel when the test binary exits).
 //
-// When redis-server (or, for clusters, redis-cli) is not on PATH, the tests
-// that need it are skipped, or fail when IDEM_REQUIRE_REDIS=1 is set, so a CI
-// job cannot silently lose them.
+// When redis-server is not on PATH, the tests that need it are skipped, or
+// fail when IDEM_REQUIRE_REDIS=1 is set, so a CI job cannot silently lose
+// them. Clusters are formed with CLUSTER commands; redis-cli is not needed.
 package redistest
 
 import (
@@ -40,10 +40,9 @@ import (
 
 const (
 	skipServer = "redis-server not on PATH: install Debian's redis-server to run the real-server tests"
-	skipCLI    = "redis-cli not on PATH: install Debian's redis-tools to run the Redis Cluster tests"
 
 	// RequireEnv names the environment variable that, set to 1, turns the
-	// skip for a missing redis-server or redis-cli into a test failure.
+	// skip for a missing redis-server into a test failure.
 	RequireEnv = "IDEM_REQUIRE_REDIS"
 
 	startTimeout = 10 * time.Second
@@ -68,11 +67,12 @@ func WithArgs(args ...string) Option {
 // A Server is a redis-server process listening on 127.0.0.1. Its methods
 // may be called from any goroutine.
 type Server struct {
-	path   string // redis-server binary
-	dir    string
-	port   int
-	args   []string
-	shared bool
+	path    string // redis-server binary
+	dir     string
+	port    int
+	busPort int // cluster bus port of a cluster node
+	args    []string
+	shared  bool
 
 	mu   sync.Mutex
 	proc *process
@@ -327,12 +327,13 @@ func (s *Server) control(tb testing.TB, method string, f func(*process) error) {
 
 // Shared state for the per-binary server and cluster.
 var (
-	sharedMu      sync.Mutex
-	sharedServer  *Server
-	sharedCluster *Cluster
-	sharedDirs    []string
-	sharedFailure error // sticky: a failed start is not retried by every test
-	sharedSweep   sync.Once
+	sharedMu             sync.Mutex
+	sharedServer         *Server
+	sharedCluster        *Cluster
+	sharedDirs           []string
+	sharedFailure        error // sticky: a failed start is not retried by every test
+	sharedClusterFailure error
+	sharedSweep          sync.Once
 )
 
 // Shared returns a redis-server shared by all tests of the test binary,
@@ -381,6 +382,7 @@ func StopShared() {
 	}
 	sharedDirs = nil
 	sharedFailure = nil
+	sharedClusterFailure = nil
 }
 
 const sharedDirPrefix = "idem-redistest-"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
+
+// TestMain stops the shared server and cluster when the tests are done, as
+// the package documentation recommends.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
 
 func TestFrameReply(t *testing.T) {
 	tests := []struct {
@@ -254,6 +263,7 @@ func TestReplyDropperConcurrent(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	cl := SharedCluster(t)
 	t.Logf("cluster ready in %v", time.Since(start))
@@ -293,7 +303,30 @@ func TestCluster(t *testing.T) {
 	require.Equal(t, int64(2), got, "the cluster client re-sends too")
 }
 
+// TestStartCluster starts a private cluster, which a test may take apart,
+// and checks that cleanup stops its nodes.
+func TestStartCluster(t *testing.T) {
+	t.Parallel()
+	var cl *Cluster
+	t.Run("run", func(t *testing.T) {
+		cl = StartCluster(t)
+		c := cl.Client(t)
+		ctx := context.Background()
+		for i := range 10 {
+			require.NoError(t, c.Set(ctx, fmt.Sprintf("k{%d}", i), i, time.Minute).Err())
+		}
+		cl.Nodes()[2].Pause(t)
+		cl.Nodes()[2].Resume(t)
+		require.NoError(t, c.Ping(ctx).Err())
+	})
+	require.NotNil(t, cl)
+	for _, n := range cl.Nodes() {
+		require.False(t, n.Running(), "node %s outlived its test", n.Addr())
+	}
+}
+
 func TestClusterSharedIsNotStoppable(t *testing.T) {
+	t.Parallel()
 	// Stop on a shared node must fail the test, not take the node down.
 	cl := SharedCluster(t)
 	ft := &fatalRecorder{TB: t}

@@ -1,0 +1,281 @@
+//go:build unix
+
+package idem
+
+// Tests on a real three-master Redis Cluster (internal/redistest), with keys
+// spread over many slots: every script must touch one slot, so all keys of
+// one operation share a hash tag.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+// clusterBackend is the shared cluster, a client and a key prefix of one test.
+type clusterBackend struct {
+	cluster *redistest.Cluster
+	client  *redis.ClusterClient
+	prefix  string
+}
+
+func newClusterBackend(t *testing.T) *clusterBackend {
+	t.Helper()
+	cl := redistest.SharedCluster(t)
+	return &clusterBackend{cluster: cl, client: cl.Client(t), prefix: redistest.Prefix(t)}
+}
+
+func (b *clusterBackend) guard(opts ...Option) (*Guard, *RedisStore) {
+	return faultGuard(b.client, b.prefix, opts...)
+}
+
+func (b *clusterBackend) recordKey(id string) string { return b.prefix + ":{" + id + "}" }
+func (b *clusterBackend) leaseKey(id string) string  { return b.recordKey(id) + ":l" }
+
+// masterOfSlot maps every slot to the address of its master.
+func (b *clusterBackend) masterOfSlot(t *testing.T) map[int]string {
+	t.Helper()
+	slots, err := b.client.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	m := make(map[int]string)
+	for _, s := range slots {
+		for slot := s.Start; slot <= s.End; slot++ {
+			m[slot] = s.Nodes[0].Addr
+		}
+	}
+	require.Len(t, m, 16384)
+	return m
+}
+
+// TestClusterDo runs Do on many keys across the cluster and checks, on the
+// server, that an operation's record and lease share a slot and carry the
+// TTLs the spec gives them, and that the keys reach every master.
+func TestClusterDo(t *testing.T) {
+	t.Parallel()
+	b := newClusterBackend(t)
+	const lease, retention = 2 * time.Second, time.Hour
+	g, store := b.guard(WithLease(lease), WithRetention(retention))
+	ctx := context.Background()
+	masters := b.masterOfSlot(t)
+	slots := map[int]bool{}
+	usedMasters := map[string]int{}
+
+	const keys = 120
+	for i := range keys {
+		key := fmt.Sprintf("order-%d", i)
+		v, err := Do(ctx, g, key, faultReq{Amount: i}, func(ctx context.Context, a *Attempt) (string, error) {
+			require.Equal(t, int64(1), a.Fence)
+			rec, lk := b.recordKey(a.ID), b.leaseKey(a.ID)
+			slot := b.cluster.KeySlot(t, rec)
+			require.Equal(t, slot, b.cluster.KeySlot(t, lk), "record and lease of %q share a slot", key)
+			slots[slot] = true
+			usedMasters[masters[slot]]++
+
+			recTTL, err := b.client.PTTL(ctx, rec).Result()
+			require.NoError(t, err)
+			require.Greater(t, recTTL, retention, "an unfinished record lives lease + retention")
+			require.LessOrEqual(t, recTTL, lease+retention)
+			leaseTTL, err := b.client.PTTL(ctx, lk).Result()
+			require.NoError(t, err)
+			require.Greater(t, leaseTTL, time.Duration(0))
+			require.LessOrEqual(t, leaseTTL, lease)
+			require.NoError(t, a.Checkpoint(ctx, "n", fmt.Append(nil, i)))
+			return fmt.Sprintf("v%d", i), nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("v%d", i), v)
+
+		id := opID(key)
+		recTTL, err := b.client.PTTL(ctx, b.recordKey(id)).Result()
+		require.NoError(t, err)
+		require.Greater(t, recTTL, retention-time.Minute, "a completed record lives retention")
+		require.LessOrEqual(t, recTTL, retention)
+		require.ErrorIs(t, b.client.Get(ctx, b.leaseKey(id)).Err(), redis.Nil, "completion drops the lease")
+		rec, err := store.Read(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, StateCompleted, rec.State)
+	}
+	require.Greater(t, len(slots), keys*3/4, "keys spread over many slots")
+	require.Len(t, usedMasters, 3, "keys reach every master: %v", usedMasters)
+
+	for i := range keys {
+		v, err := Do(ctx, g, fmt.Sprintf("order-%d", i), faultReq{Amount: i}, func(context.Context, *Attempt) (string, error) {
+			t.Error("a completed key ran again")
+			return "", nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("v%d", i), v)
+	}
+	_, err := Do(ctx, g, "order-0", faultReq{Amount: -1}, func(context.Context, *Attempt) (string, error) {
+		t.Error("a mismatched request ran")
+		return "", nil
+	})
+	require.ErrorIs(t, err, ErrMismatch)
+}
+
+// TestClusterOnce checks message deduplication across the cluster: an id
+// runs once, an error releases it, and Once ids do not meet Do keys.
+func TestClusterOnce(t *testing.T) {
+	t.Parallel()
+	b := newClusterBackend(t)
+	g, _ := b.guard(WithLease(time.Second))
+	ctx := context.Background()
+
+	for i := range 60 {
+		id := fmt.Sprintf("msg-%d", i)
+		runs := 0
+		fn := func(context.Context) error { runs++; return nil }
+		if i%3 == 0 { // the first delivery fails: the redelivery runs again
+			ran, err := g.Once(ctx, id, func(context.Context) error { runs++; return errors.New("broker hiccup") })
+			require.True(t, ran)
+			require.EqualError(t, err, "broker hiccup")
+		}
+		ran, err := g.Once(ctx, id, fn)
+		require.NoError(t, err)
+		require.True(t, ran)
+		ran, err = g.Once(ctx, id, fn)
+		require.NoError(t, err)
+		require.False(t, ran, "a redelivery of %s ran", id)
+		require.Equal(t, 1+btoi(i%3 == 0), runs)
+
+		// The same string as a Do key is another operation.
+		v, err := Do(ctx, g, id, nil, func(context.Context, *Attempt) (string, error) { return "do", nil })
+		require.NoError(t, err)
+		require.Equal(t, "do", v)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestClusterConcurrentDuplicates: 32 goroutines per key, on 8 keys at once,
+// with WithWait: each key's side effect happens once and every caller gets
+// its result.
+func TestClusterConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	b := newClusterBackend(t)
+	g, _ := b.guard(WithLease(time.Second), WithWait(5*time.Second))
+	const keys, callers = 8, 32
+	var effects [keys]atomic.Int32
+	errs := make(chan error, keys*callers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for k := range keys {
+		for range callers {
+			wg.Go(func() {
+				<-start
+				key := fmt.Sprintf("pay-%d", k)
+				v, err := Do(context.Background(), g, key, faultReq{Amount: k}, func(ctx context.Context, a *Attempt) (string, error) {
+					effects[k].Add(1)
+					time.Sleep(100 * time.Millisecond)
+					return fmt.Sprintf("charged %d", k), nil
+				})
+				if err == nil && v != fmt.Sprintf("charged %d", k) {
+					err = fmt.Errorf("key %s: got %q", key, v)
+				}
+				errs <- err
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for k := range keys {
+		require.Equal(t, int32(1), effects[k].Load(), "side effects of key %d", k)
+	}
+}
+
+// TestClusterTakeover: claims left by a crashed holder on keys across the
+// cluster block retries until their leases expire; then the retries take
+// over with Fence 2 and the dead holder's checkpoints.
+func TestClusterTakeover(t *testing.T) {
+	t.Parallel()
+	b := newClusterBackend(t)
+	const lease = 300 * time.Millisecond
+	g, store := b.guard(WithLease(lease))
+	ctx := context.Background()
+	fp, err := requestFingerprint(faultReq{Amount: 9})
+	require.NoError(t, err)
+
+	const keys = 24
+	for i := range keys {
+		id := opID(fmt.Sprintf("job-%d", i))
+		res, err := store.Claim(ctx, id, ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: lease + time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, Claimed, res.Status)
+		require.NoError(t, store.Checkpoint(ctx, id, "dead", "step", fmt.Append(nil, i)))
+	}
+	claimed := time.Now()
+	for i := range keys {
+		_, err := Do(ctx, g, fmt.Sprintf("job-%d", i), faultReq{Amount: 9}, func(context.Context, *Attempt) (string, error) {
+			t.Error("ran while the lease was live")
+			return "", nil
+		})
+		var busy *InProgressError
+		require.ErrorAs(t, err, &busy)
+		require.ErrorIs(t, err, ErrInProgress)
+		require.Greater(t, busy.RetryAfter, time.Duration(0))
+	}
+	require.Less(t, time.Since(claimed), lease, "too slow to check the live leases")
+
+	time.Sleep(time.Until(claimed.Add(lease + 20*time.Millisecond)))
+	for i := range keys {
+		v, err := Do(ctx, g, fmt.Sprintf("job-%d", i), faultReq{Amount: 9}, func(ctx context.Context, a *Attempt) (string, error) {
+			require.Equal(t, int64(2), a.Fence)
+			require.Equal(t, fmt.Append(nil, i), a.Checkpoints()["step"])
+			return fmt.Sprintf("resumed %d", i), nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("resumed %d", i), v)
+	}
+	// The dead holder cannot complete over the new owner's result.
+	require.ErrorIs(t, store.Complete(ctx, opID("job-0"), "dead", []byte("vzombie"), time.Hour), ErrLeaseLost)
+	v, err := Do(ctx, g, "job-0", faultReq{Amount: 9}, func(context.Context, *Attempt) (string, error) { return "", nil })
+	require.NoError(t, err)
+	require.Equal(t, "resumed 0", v)
+}
+
+// TestClusterDroppedReply: the cluster client re-sends a claim or complete
+// whose reply was lost; fn runs once and the result is stored.
+func TestClusterDroppedReply(t *testing.T) {
+	t.Parallel()
+	for _, script := range []struct{ name, src string }{{"claim", claimLua}, {"complete", completeLua}} {
+		t.Run(script.name, func(t *testing.T) {
+			b := newClusterBackend(t)
+			d := redistest.NewReplyDropper(redistest.MatchScript(script.src), 1)
+			opts := b.cluster.Options()
+			opts.Dialer = d.Dial
+			c := redis.NewClusterClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			g, _ := faultGuard(c, b.prefix, WithLease(time.Second))
+			ctx := context.Background()
+			runs := 0
+			for range 2 {
+				v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+					runs++
+					return fmt.Sprintf("fence %d", a.Fence), nil
+				})
+				require.NoError(t, err)
+				require.Equal(t, "fence 1", v)
+			}
+			require.Equal(t, 1, runs)
+			require.Equal(t, 1, d.Dropped())
+		})
+	}
+}

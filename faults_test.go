@@ -1,0 +1,837 @@
+//go:build unix
+
+package idem
+
+// Fault tests on a real redis-server (package internal/redistest): processes
+// that crash or freeze while holding a key, Redis going down before and
+// during a run, replies lost after Redis executed a script (go-redis re-sends
+// the command), leases lost to another owner, and a crowd of duplicates.
+// Processes are real: a child is this test binary re-executed with
+// faultChildEnv set, so it runs TestFaultChildProcess only.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+// Environment of a child process.
+const (
+	faultChildEnv  = "IDEM_FAULT_CHILD" // role: "crash" or "freeze"
+	faultAddrEnv   = "IDEM_FAULT_ADDR"
+	faultPrefixEnv = "IDEM_FAULT_PREFIX"
+	faultKeyEnv    = "IDEM_FAULT_KEY"
+	faultLeaseEnv  = "IDEM_FAULT_LEASE"
+)
+
+// faultLease is the lease of the tests that wait for one to run out: long
+// enough that a loaded machine renews it in time, short enough for a fast
+// suite.
+const faultLease = 400 * time.Millisecond
+
+// faultReq is the request every fault test fingerprints.
+type faultReq struct {
+	Amount int `json:"amount"`
+}
+
+// faultEvent is a line a child process writes on stdout as JSON.
+type faultEvent struct {
+	Event       string `json:"event"` // "ready", "cancelled" or "result"
+	Fence       int64  `json:"fence,omitempty"`
+	ID          string `json:"id,omitempty"`
+	Value       string `json:"value,omitempty"`
+	Err         string `json:"err,omitempty"`
+	LeaseLost   bool   `json:"lease_lost,omitempty"`
+	NotRecorded bool   `json:"not_recorded,omitempty"`
+	Unavailable bool   `json:"unavailable,omitempty"`
+}
+
+// quietLog discards the engine's log.
+var quietLog = WithLogger(slog.New(slog.DiscardHandler))
+
+// faultGuard returns a guard on c under prefix.
+func faultGuard(c redis.UniversalClient, prefix string, opts ...Option) (*Guard, *RedisStore) {
+	s := NewRedisStore(c, WithPrefix(prefix))
+	return New(s, append([]Option{quietLog}, opts...)...), s
+}
+
+// fastFailOptions makes a client give up quickly on a Redis that is down,
+// where the defaults retry dials and commands for seconds.
+func fastFailOptions(o *redis.Options) *redis.Options {
+	o.DialTimeout = 200 * time.Millisecond
+	o.DialerRetries = 1
+	o.DialerRetryTimeout = 5 * time.Millisecond
+	o.MaxRetries = 1
+	o.MinRetryBackoff = 5 * time.Millisecond
+	o.MaxRetryBackoff = 20 * time.Millisecond
+	o.ReadTimeout = time.Second
+	o.WriteTimeout = time.Second
+	return o
+}
+
+// opID returns the id of the Do operation on key.
+func opID(key string) string { return op{ns: nsDo, key: key}.id() }
+
+// TestFaultChildProcess is the body of the child processes; run directly, it
+// skips.
+func TestFaultChildProcess(t *testing.T) {
+	role := os.Getenv(faultChildEnv)
+	if role == "" {
+		t.Skip("helper process for the fault tests")
+	}
+	if err := runFaultChild(role); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+func runFaultChild(role string) error {
+	lease, err := time.ParseDuration(os.Getenv(faultLeaseEnv))
+	if err != nil {
+		return err
+	}
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv(faultAddrEnv)})
+	defer c.Close()
+	g, _ := faultGuard(c, os.Getenv(faultPrefixEnv), WithLease(lease))
+	out := json.NewEncoder(os.Stdout)
+	// A child the parent forgot is gone after a while.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	v, err := Do(ctx, g, os.Getenv(faultKeyEnv), faultReq{Amount: 100}, func(ctx context.Context, a *Attempt) (string, error) {
+		if err := a.Checkpoint(ctx, "charge_id", []byte("ch_child")); err != nil {
+			return "", err
+		}
+		if err := out.Encode(faultEvent{Event: "ready", Fence: a.Fence, ID: a.ID}); err != nil {
+			return "", err
+		}
+		switch role {
+		case "crash": // wait for SIGKILL
+			<-ctx.Done()
+			return "", errors.New("child: not killed in time")
+		case "freeze": // SIGSTOP, SIGCONT, and then finish regardless
+			<-ctx.Done()
+			cause := context.Cause(ctx)
+			_ = out.Encode(faultEvent{Event: "cancelled", Err: cause.Error(), LeaseLost: errors.Is(cause, ErrLeaseLost)})
+			return "child", nil
+		}
+		return "", fmt.Errorf("child: unknown role %q", role)
+	})
+	ev := faultEvent{Event: "result", Value: v}
+	if err != nil {
+		ev.Err = err.Error()
+		ev.LeaseLost = errors.Is(err, ErrLeaseLost)
+		ev.NotRecorded = errors.Is(err, ErrNotRecorded)
+		ev.Unavailable = errors.Is(err, ErrStoreUnavailable)
+	}
+	return out.Encode(ev)
+}
+
+// faultChild is a running child process.
+type faultChild struct {
+	cmd    *exec.Cmd
+	events chan faultEvent
+	stderr *lockedBuilder
+	waited chan struct{}
+	err    error // of Wait, once waited is closed
+}
+
+// startFaultChild runs this test binary as a child in role, working on key.
+func startFaultChild(t *testing.T, role string, srv *redistest.Server, prefix, key string, lease time.Duration) *faultChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultChildProcess$", "-test.count=1", "-test.timeout=30s")
+	cmd.Env = append(os.Environ(),
+		faultChildEnv+"="+role,
+		faultAddrEnv+"="+srv.Addr(),
+		faultPrefixEnv+"="+prefix,
+		faultKeyEnv+"="+key,
+		faultLeaseEnv+"="+lease.String(),
+	)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	c := &faultChild{cmd: cmd, events: make(chan faultEvent, 8), stderr: new(lockedBuilder), waited: make(chan struct{})}
+	cmd.Stderr = c.stderr
+	require.NoError(t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev faultEvent
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
+				c.events <- ev
+			}
+		}
+		close(c.events)
+		c.err = cmd.Wait()
+		close(c.waited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-c.waited
+	})
+	return c
+}
+
+// next returns the child's next event, which must be want.
+func (c *faultChild) next(t *testing.T, want string) faultEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-c.events:
+		if !ok {
+			t.Fatalf("child exited before %q: %v\n%s", want, c.wait(t), c.stderrText())
+		}
+		require.Equal(t, want, ev.Event, "child event %+v", ev)
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no %q from the child:\n%s", want, c.stderrText())
+	}
+	return faultEvent{}
+}
+
+// wait waits for the child to exit and returns Wait's error.
+func (c *faultChild) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-c.waited:
+		return c.err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("child did not exit:\n%s", c.stderrText())
+	}
+	return nil
+}
+
+func (c *faultChild) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(sig))
+}
+
+func (c *faultChild) stderrText() string { return c.stderr.String() }
+
+// lockedBuilder is a strings.Builder safe for one writer and other readers.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitLeaseGone polls until the lease of id is gone and returns how long
+// that took; it fails after limit.
+func waitLeaseGone(t *testing.T, s *RedisStore, id string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		r, err := s.Read(context.Background(), id)
+		require.NoError(t, err)
+		if r == nil || r.LeaseTTL == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("lease of %s still held after %v (%v left)", id, limit, r.LeaseTTL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFaultCrashedHolder: a process claims a key, saves a checkpoint and is
+// SIGKILLed. Until its lease runs out a retry is told to wait; then the retry
+// takes over with Fence 2 and the dead attempt's checkpoint, and its result
+// is the one replayed.
+func TestFaultCrashedHolder(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	g, store := faultGuard(srv.Client(t), prefix, WithLease(faultLease))
+	ctx := context.Background()
+	const key = "crash-key"
+	req := faultReq{Amount: 100}
+
+	child := startFaultChild(t, "crash", srv, prefix, key, faultLease)
+	ready := child.next(t, "ready")
+	require.Equal(t, int64(1), ready.Fence)
+	require.Equal(t, opID(key), ready.ID)
+	child.signal(t, syscall.SIGKILL)
+	require.Error(t, child.wait(t))
+	killed := time.Now()
+
+	ran := false
+	_, err := Do(ctx, g, key, req, func(context.Context, *Attempt) (string, error) {
+		ran = true
+		return "too early", nil
+	})
+	require.False(t, ran, "the dead holder's lease is still live")
+	require.ErrorIs(t, err, ErrInProgress)
+	var busy *InProgressError
+	require.ErrorAs(t, err, &busy)
+	require.Greater(t, busy.RetryAfter, time.Duration(0))
+	require.LessOrEqual(t, busy.RetryAfter, faultLease)
+
+	rec, err := store.Read(ctx, ready.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateInProgress, rec.State)
+	require.Equal(t, []byte("ch_child"), rec.Checkpoints["charge_id"])
+
+	waitLeaseGone(t, store, ready.ID, 3*faultLease)
+	require.Less(t, time.Since(killed), faultLease+500*time.Millisecond, "nobody renews a dead holder's lease")
+
+	v, err := Do(ctx, g, key, req, func(ctx context.Context, a *Attempt) (string, error) {
+		require.Equal(t, int64(2), a.Fence)
+		require.Equal(t, ready.ID, a.ID)
+		require.Equal(t, map[string][]byte{"charge_id": []byte("ch_child")}, a.Checkpoints())
+		return "reconciled " + string(a.Checkpoints()["charge_id"]), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "reconciled ch_child", v)
+
+	v, err = Do(ctx, g, key, req, func(context.Context, *Attempt) (string, error) {
+		t.Error("a completed key ran again")
+		return "", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "reconciled ch_child", v)
+}
+
+// TestFaultFrozenHolder: a process claims a key and is SIGSTOPped past its
+// lease; another takes over and completes. When the frozen process resumes,
+// its context ends with ErrLeaseLost and its own result is refused
+// (ErrNotRecorded with ErrLeaseLost); the stored result stays the
+// taker's.
+func TestFaultFrozenHolder(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	const key = "freeze-key"
+	req := faultReq{Amount: 100}
+
+	child := startFaultChild(t, "freeze", srv, prefix, key, faultLease)
+	ready := child.next(t, "ready")
+	require.Equal(t, int64(1), ready.Fence)
+	child.signal(t, syscall.SIGSTOP)
+	stopped := time.Now()
+
+	// A waiting duplicate takes the key over once the frozen lease runs out.
+	g, store := faultGuard(srv.Client(t), prefix, WithLease(faultLease), WithWait(5*time.Second))
+	v, err := Do(ctx, g, key, req, func(ctx context.Context, a *Attempt) (string, error) {
+		require.Equal(t, int64(2), a.Fence)
+		require.Equal(t, []byte("ch_child"), a.Checkpoints()["charge_id"])
+		return "parent", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "parent", v)
+	require.Less(t, time.Since(stopped), faultLease+time.Second)
+
+	child.signal(t, syscall.SIGCONT)
+	cancelled := child.next(t, "cancelled")
+	require.True(t, cancelled.LeaseLost, "the resumed holder's context cause: %s", cancelled.Err)
+	res := child.next(t, "result")
+	require.Equal(t, "child", res.Value, "Do returns fn's value alongside ErrNotRecorded")
+	require.True(t, res.NotRecorded, "child error: %s", res.Err)
+	require.True(t, res.LeaseLost, "child error: %s", res.Err)
+	require.False(t, res.Unavailable, "child error: %s", res.Err)
+	require.NoError(t, child.wait(t), child.stderrText())
+
+	rec, err := store.Read(ctx, ready.ID)
+	require.NoError(t, err)
+	require.Equal(t, StateCompleted, rec.State)
+	require.Equal(t, int64(2), rec.Fence)
+	v, err = Do(ctx, g, key, req, func(context.Context, *Attempt) (string, error) {
+		t.Error("a completed key ran again")
+		return "", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "parent", v)
+}
+
+// TestFaultRedisDownBefore: with Redis down, Do fails closed: fn does not
+// run and the error is ErrStoreUnavailable without ErrNotRecorded.
+func TestFaultRedisDownBefore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := redis.NewClient(fastFailOptions(srv.Options()))
+	t.Cleanup(func() { _ = c.Close() })
+	g, _ := faultGuard(c, "idem", WithLease(faultLease))
+	ctx := context.Background()
+
+	srv.Stop(t)
+	ran := false
+	start := time.Now()
+	_, err := Do(ctx, g, "k", faultReq{Amount: 1}, func(context.Context, *Attempt) (string, error) {
+		ran = true
+		return "x", nil
+	})
+	require.False(t, ran)
+	require.ErrorIs(t, err, ErrStoreUnavailable)
+	require.NotErrorIs(t, err, ErrNotRecorded)
+	require.Less(t, time.Since(start), 2*time.Second)
+
+	ranOnce := false
+	done, err := g.Once(ctx, "m", func(context.Context) error { ranOnce = true; return nil })
+	require.False(t, done)
+	require.False(t, ranOnce)
+	require.ErrorIs(t, err, ErrStoreUnavailable)
+
+	srv.Restart(t)
+	v, err := Do(ctx, g, "k", faultReq{Amount: 1}, func(ctx context.Context, a *Attempt) (string, error) {
+		require.Equal(t, int64(1), a.Fence)
+		return "x", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "x", v)
+}
+
+// TestFaultRedisDownMidway: Redis goes down while fn runs. fn's value comes
+// back with ErrNotRecorded joined with ErrStoreUnavailable. Once Redis is
+// back (with its data) and the lease has passed, a retry runs with Fence 2
+// and the checkpoint.
+func TestFaultRedisDownMidway(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := redis.NewClient(fastFailOptions(srv.Options()))
+	t.Cleanup(func() { _ = c.Close() })
+	g, store := faultGuard(c, "idem", WithLease(faultLease))
+	ctx := context.Background()
+	req := faultReq{Amount: 7}
+
+	runs := 0
+	v, err := Do(ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
+		runs++
+		require.NoError(t, a.Checkpoint(ctx, "charge_id", []byte("ch_1")))
+		srv.Stop(t) // saves the data: the claim survives the restart
+		return "charged", nil
+	})
+	require.Equal(t, 1, runs)
+	require.Equal(t, "charged", v, "fn's value is returned with ErrNotRecorded")
+	require.ErrorIs(t, err, ErrNotRecorded)
+	require.ErrorIs(t, err, ErrStoreUnavailable)
+	require.NotErrorIs(t, err, ErrLeaseLost)
+
+	srv.Restart(t)
+	waitLeaseGone(t, store, opID("k"), 3*faultLease)
+	v, err = Do(ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
+		runs++
+		require.Equal(t, int64(2), a.Fence)
+		require.Equal(t, []byte("ch_1"), a.Checkpoints()["charge_id"])
+		return "reconciled", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "reconciled", v)
+	require.Equal(t, 2, runs)
+}
+
+// TestFaultDroppedReply loses the reply to each script after Redis ran it;
+// go-redis re-sends the command with the same owner token. Every script must
+// be idempotent for its owner: fn runs once per Do, the result is right, and
+// no second run is needed or blocked.
+func TestFaultDroppedReply(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		script string
+	}{
+		{name: "claim", script: claimLua},
+		{name: "checkpoint", script: checkpointLua},
+		{name: "heartbeat", script: heartbeatLua},
+		{name: "complete", script: completeLua},
+		{name: "release", script: releaseLua},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Shared(t)
+			d := redistest.NewReplyDropper(redistest.MatchScript(tt.script), 1)
+			opts := srv.Options()
+			opts.Dialer = d.Dial
+			opts.MaxRetries = 3
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			const lease = 300 * time.Millisecond
+			g, store := faultGuard(c, redistest.Prefix(t), WithLease(lease))
+			ctx := context.Background()
+			req := faultReq{Amount: 3}
+
+			var runs atomic.Int32
+			fn := func(ctx context.Context, a *Attempt) (string, error) {
+				n := runs.Add(1)
+				require.NoError(t, a.Checkpoint(ctx, "step", []byte("charged")))
+				time.Sleep(lease / 2) // one heartbeat, at lease/3
+				require.NoError(t, context.Cause(ctx), "the lease was lost")
+				if tt.name == "release" && n == 1 {
+					return "", errors.New("transient") // released
+				}
+				return fmt.Sprintf("done at fence %d", a.Fence), nil
+			}
+			v, err := Do(ctx, g, "k", req, fn)
+			if tt.name == "release" {
+				require.EqualError(t, err, "transient")
+				require.Equal(t, 1, d.Dropped(), "the release reply was dropped")
+				// The re-sent release must not fail: the key is free at once.
+				v, err = Do(ctx, g, "k", req, fn)
+				require.NoError(t, err)
+				require.Equal(t, "done at fence 2", v)
+				require.Equal(t, int32(2), runs.Load())
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, "done at fence 1", v, "a re-sent claim must not count as a takeover")
+				require.Equal(t, int32(1), runs.Load())
+				require.Equal(t, 1, d.Dropped(), "the %s reply was dropped", tt.name)
+			}
+
+			v2, err := Do(ctx, g, "k", req, func(context.Context, *Attempt) (string, error) {
+				t.Error("a completed key ran again")
+				return "", nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, v, v2)
+			rec, err := store.Read(ctx, opID("k"))
+			require.NoError(t, err)
+			require.Equal(t, StateCompleted, rec.State)
+			require.Zero(t, rec.LeaseTTL, "completion drops the lease")
+		})
+	}
+}
+
+// TestFaultLeaseLost: when the lease key is taken from the holder behind its
+// back, the next heartbeat (within lease/3) cancels fn's context with cause
+// ErrLeaseLost, and a result fn returns anyway is not stored over another
+// owner's claim.
+func TestFaultLeaseLost(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	tests := []struct {
+		name  string
+		steal func(ctx context.Context, t *testing.T, c *redis.Client, s *RedisStore, id, leaseKey string)
+		// another owner holds the record afterwards
+		takenOver bool
+	}{
+		{
+			name: "lease deleted",
+			steal: func(ctx context.Context, t *testing.T, c *redis.Client, s *RedisStore, id, leaseKey string) {
+				require.NoError(t, c.Del(ctx, leaseKey).Err())
+			},
+		},
+		{
+			name: "lease overwritten",
+			steal: func(ctx context.Context, t *testing.T, c *redis.Client, s *RedisStore, id, leaseKey string) {
+				require.NoError(t, c.Set(ctx, leaseKey, "intruder", time.Minute).Err())
+			},
+		},
+		{
+			name: "taken over",
+			steal: func(ctx context.Context, t *testing.T, c *redis.Client, s *RedisStore, id, leaseKey string) {
+				require.NoError(t, c.Del(ctx, leaseKey).Err())
+				rec, err := s.Read(ctx, id)
+				require.NoError(t, err)
+				res, err := s.Claim(ctx, id, ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
+				require.NoError(t, err)
+				require.Equal(t, Claimed, res.Status)
+				require.Equal(t, int64(2), res.Fence)
+			},
+			takenOver: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Shared(t)
+			c := srv.Client(t)
+			prefix := redistest.Prefix(t)
+			g, store := faultGuard(c, prefix, WithLease(lease))
+			ctx := context.Background()
+
+			var detected time.Duration
+			v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+				tt.steal(ctx, t, c, store, a.ID, prefix+":{"+a.ID+"}:l")
+				stolen := time.Now()
+				select {
+				case <-ctx.Done():
+					detected = time.Since(stolen)
+				case <-time.After(3 * lease):
+					t.Error("fn's context was not cancelled")
+				}
+				require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+				require.Equal(t, ErrLeaseLost, context.Cause(ctx))
+				return "stale", nil
+			})
+			require.Less(t, detected, lease/3+200*time.Millisecond, "the next heartbeat notices")
+			require.Equal(t, "stale", v)
+			rec, rerr := store.Read(ctx, opID("k"))
+			require.NoError(t, rerr)
+			if tt.takenOver {
+				require.ErrorIs(t, err, ErrNotRecorded)
+				require.ErrorIs(t, err, ErrLeaseLost)
+				require.Equal(t, StateInProgress, rec.State)
+				require.Equal(t, "intruder", rec.Owner)
+				require.Equal(t, int64(2), rec.Fence)
+			} else if err == nil {
+				// Nobody else claimed the record: the holder's result may
+				// still be stored; what matters is that it is consistent.
+				require.Equal(t, StateCompleted, rec.State)
+			} else {
+				require.ErrorIs(t, err, ErrNotRecorded)
+			}
+		})
+	}
+}
+
+// TestFaultRedisHangs: Redis stops answering (SIGSTOP) while fn runs. The
+// holder cannot renew its lease, so by the end of the lease, measured
+// locally, fn's context must be cancelled with ErrLeaseLost: from then on
+// another process may take the key over, and two holders would run at once.
+// It must hold for a client with go-redis defaults too, which apply
+// ReadTimeout (3s) to sockets and ignore context deadlines, so a renewal in
+// flight blocks for seconds. (Regression test: the engine used to wait for
+// that renewal before checking its local deadline; fn ran 3s and more.)
+func TestFaultRedisHangs(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	tests := []struct {
+		name string
+		opts func(*redis.Options)
+	}{
+		{name: "go-redis defaults", opts: func(*redis.Options) {}},
+		{name: "ContextTimeoutEnabled", opts: func(o *redis.Options) { o.ContextTimeoutEnabled = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			opts := srv.Options()
+			tt.opts(opts)
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			g, _ := faultGuard(c, "idem", WithLease(lease))
+
+			var fnEnd time.Time
+			start := time.Now()
+			_, err := Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+				srv.Pause(t)
+				defer srv.Resume(t)
+				select {
+				case <-ctx.Done():
+				case <-time.After(3 * time.Second):
+				}
+				fnEnd = time.Now()
+				return "", context.Cause(ctx)
+			})
+			returned := time.Since(start)
+			ranFor := fnEnd.Sub(start)
+			require.ErrorIs(t, err, ErrLeaseLost, "fn's context was not cancelled within %v of a %v lease", ranFor, lease)
+			require.LessOrEqual(t, ranFor, lease+100*time.Millisecond,
+				"fn ran %v under a %v lease while Redis did not answer", ranFor, lease)
+			require.LessOrEqual(t, returned, ranFor+time.Second, "Do returned %v after fn", returned-ranFor)
+		})
+	}
+}
+
+// TestFaultCheckpointAfterLeaseLost: once another attempt took the key
+// over, the stale holder's Checkpoint reports ErrLeaseLost, also when it
+// passes fn's own context, which the engine cancelled for that very reason:
+// the store was reachable, so ErrStoreUnavailable would send the caller the
+// wrong way. (Regression test: it used to be "store unavailable: context
+// canceled".)
+func TestFaultCheckpointAfterLeaseLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	prefix := redistest.Prefix(t)
+	g, store := faultGuard(c, prefix, WithLease(300*time.Millisecond))
+	_, err := Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+		require.NoError(t, c.Del(ctx, prefix+":{"+a.ID+"}:l").Err())
+		rec, err := store.Read(ctx, a.ID)
+		require.NoError(t, err)
+		res, err := store.Claim(ctx, a.ID, ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, Claimed, res.Status)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+			t.Error("fn's context was not cancelled")
+		}
+
+		err = a.Checkpoint(context.Background(), "late", []byte("v"))
+		require.ErrorIs(t, err, ErrLeaseLost, "with a live context")
+		err = a.Checkpoint(ctx, "late", []byte("v"))
+		require.ErrorIs(t, err, ErrLeaseLost, "with fn's context, cancelled because the lease was lost")
+		require.NotErrorIs(t, err, ErrStoreUnavailable)
+		return "", context.Cause(ctx)
+	})
+	require.ErrorIs(t, err, ErrLeaseLost)
+}
+
+// TestFaultLateResentClaim: the reply to a claim is lost and go-redis
+// re-sends it only after the lease has run out (a retry backoff longer than
+// the lease). The re-sent claim finds the record still naming its owner and
+// reports Claimed, although the lease key is gone, so that any other process
+// may claim the key at that moment. fn must never start without a live
+// lease: cancelling fn's context from the heartbeat goroutine is not enough,
+// as fn may already have begun its side effect. (Regression test: the
+// engine used to run fn here with the lease key gone.)
+func TestFaultLateResentClaim(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	srv := redistest.Shared(t)
+	d := redistest.NewReplyDropper(redistest.MatchScript(claimLua), 1)
+	opts := srv.Options()
+	opts.Dialer = d.Dial
+	opts.MinRetryBackoff = lease + 200*time.Millisecond
+	opts.MaxRetryBackoff = lease + 200*time.Millisecond
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	prefix := redistest.Prefix(t)
+	g, store := faultGuard(c, prefix, WithLease(lease))
+
+	sent := time.Now()
+	_, _ = Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+		// Whether ctx is already cancelled here is a race with the
+		// heartbeat goroutine; a side effect may have started either way.
+		rec, err := store.Read(context.Background(), a.ID)
+		require.NoError(t, err)
+		require.Equal(t, 1, d.Dropped())
+		require.Greater(t, rec.LeaseTTL, time.Duration(0),
+			"fn started %v after the claim was sent, past its %v lease, with no lease in Redis: another process can claim the key now",
+			time.Since(sent), lease)
+		return "", errors.New("stop")
+	})
+}
+
+// TestFaultRedisLosesData: Redis restarts without its data (a crash without
+// persistence, or a failover to a replica that missed the claim) while fn
+// runs. The holder is not the record's owner any more: its context is
+// cancelled with ErrLeaseLost and its result reported unrecorded; a retry
+// runs anew, at Fence 1, without the lost checkpoints. This is the limit of
+// the guarantee, documented in the README.
+func TestFaultRedisLosesData(t *testing.T) {
+	t.Parallel()
+	const lease = 300 * time.Millisecond
+	srv := redistest.Start(t)
+	c := redis.NewClient(fastFailOptions(srv.Options()))
+	t.Cleanup(func() { _ = c.Close() })
+	g, _ := faultGuard(c, "idem", WithLease(lease))
+	ctx := context.Background()
+
+	v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+		require.NoError(t, a.Checkpoint(ctx, "charge_id", []byte("ch_1")))
+		srv.Kill(t)
+		srv.Restart(t)
+		select {
+		case <-ctx.Done():
+			require.Equal(t, ErrLeaseLost, context.Cause(ctx))
+		case <-time.After(2 * lease):
+			t.Error("fn's context was not cancelled")
+		}
+		return "charged", nil
+	})
+	require.Equal(t, "charged", v)
+	require.ErrorIs(t, err, ErrNotRecorded)
+	require.ErrorIs(t, err, ErrLeaseLost)
+
+	v, err = Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+		require.Equal(t, int64(1), a.Fence, "the record is gone: the key is new")
+		require.Empty(t, a.Checkpoints())
+		return "charged again", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "charged again", v)
+}
+
+// TestFaultWaitersTakeOver: a holder died with the key claimed; 32 waiting
+// duplicates (WithWait) race for the key when its lease runs out. Exactly one
+// takes it over, with Fence 2 and the checkpoint, and all get its result.
+func TestFaultWaitersTakeOver(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	const lease = 300 * time.Millisecond
+	g, store := faultGuard(srv.Client(t), redistest.Prefix(t), WithLease(lease), WithWait(5*time.Second))
+	ctx := context.Background()
+	req := faultReq{Amount: 32}
+	fp, err := requestFingerprint(req)
+	require.NoError(t, err)
+	id := opID("k")
+	res, err := store.Claim(ctx, id, ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, Claimed, res.Status)
+	require.NoError(t, store.Checkpoint(ctx, id, "dead", "charge_id", []byte("ch_dead")))
+
+	const n = 32
+	var runs atomic.Int32
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			v, err := Do(ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
+				runs.Add(1)
+				time.Sleep(50 * time.Millisecond)
+				return fmt.Sprintf("fence %d, %s", a.Fence, a.Checkpoints()["charge_id"]), nil
+			})
+			if err == nil && v != "fence 2, ch_dead" {
+				err = fmt.Errorf("got %q", v)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, int32(1), runs.Load())
+}
+
+// TestFaultWaitersOneSideEffect: 64 goroutines call Do on one key with
+// WithWait: fn runs once, and all 64 get its result.
+func TestFaultWaitersOneSideEffect(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	g, _ := faultGuard(srv.Client(t), redistest.Prefix(t), WithLease(faultLease), WithWait(5*time.Second))
+	const n = 64
+	var runs atomic.Int32
+	start := make(chan struct{})
+	type result struct {
+		v   string
+		err error
+	}
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			<-start
+			v, err := Do(context.Background(), g, "crowd", faultReq{Amount: 64}, func(ctx context.Context, a *Attempt) (string, error) {
+				runs.Add(1)
+				time.Sleep(150 * time.Millisecond) // a slow side effect
+				return fmt.Sprintf("charged once, fence %d", a.Fence), nil
+			})
+			results <- result{v, err}
+		}()
+	}
+	close(start)
+	for range n {
+		r := <-results
+		require.NoError(t, r.err)
+		require.Equal(t, "charged once, fence 1", r.v)
+	}
+	require.Equal(t, int32(1), runs.Load())
+}
