@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+)
+
+// runDemo plays the design's scenarios against three replicas sharing one
+// Redis, through a load balancer, with the retrying client transport, and
+// prints what happened. It returns an error if a scenario did not end as the
+// design says it must.
+func runDemo(out io.Writer, opts *redis.Options) error {
+	const lease = time.Second // short, so that a dead replica's key is free soon
+	pr := &printer{w: out}
+	provider := NewProvider(300 * time.Millisecond)
+	var replicas []*replica
+	for i := range 3 {
+		r, err := startReplica(fmt.Sprintf("replica %d", i+1), "127.0.0.1:0", opts, provider, lease, discard, pr.note)
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		replicas = append(replicas, r)
+	}
+	lb := &balancer{replicas: replicas, pr: pr}
+	client := &http.Client{
+		Transport: idem.NewTransport(lb, idem.WithBackoff(50*time.Millisecond, 500*time.Millisecond)),
+		Timeout:   30 * time.Second,
+	}
+	defer lb.transport.CloseIdleConnections()
+
+	var killNext atomic.Bool
+	for _, r := range replicas {
+		r.api.AfterCharge = func(ctx context.Context) {
+			if !killNext.CompareAndSwap(true, false) {
+				return
+			}
+			pr.note("%s dies (kill -9) right after the charge, before answering", r.name)
+			r.store.dead.Store(true) // no more heartbeats, no complete
+			r.srv.Close()            // its connections drop
+			<-ctx.Done()             // frozen until its lease is lost
+		}
+	}
+
+	charges := func(want int) error {
+		got := provider.Charges()
+		pr.printf("   provider charges so far: %d\n\n", got)
+		if got != want {
+			return fmt.Errorf("the provider made %d charges, want %d", got, want)
+		}
+		return nil
+	}
+	pay := func(label, key string, amount int64) result {
+		return payOnce(client, replicas[0].url, label, key, amount)
+	}
+
+	pr.printf("idem payments demo: 3 replicas behind a load balancer share one Redis (%s); lease %v.\n", opts.Addr, lease)
+	pr.printf("The client is idem.NewTransport: same key on every retry, honours Retry-After.\n\n")
+
+	pr.printf("1. Double click. The user taps Pay twice; both taps carry the key the app\n")
+	pr.printf("   created when it showed the Pay button.\n")
+	k1 := idem.NewKey()
+	var wg sync.WaitGroup
+	var taps [2]result
+	for i := range taps {
+		wg.Go(func() { taps[i] = pay(fmt.Sprintf("tap %d", i+1), k1, 1000) })
+	}
+	wg.Wait()
+	for i, t := range taps {
+		pr.printf("   tap %d gets %s\n", i+1, t)
+	}
+	if taps[0].id == "" || taps[0].id != taps[1].id {
+		return fmt.Errorf("double click: two different answers: %s, %s", taps[0], taps[1])
+	}
+	if err := charges(1); err != nil {
+		return err
+	}
+
+	pr.printf("2. Lost answer. The server charges and answers, but the phone changes networks\n")
+	pr.printf("   and the answer is lost. The app retries with the same key.\n")
+	lb.dropAnswer.Store(true)
+	r2 := pay("pay", idem.NewKey(), 2500)
+	pr.printf("   the app gets %s\n", r2)
+	if !r2.replayed {
+		return fmt.Errorf("lost answer: want the stored answer, got %s", r2)
+	}
+	if err := charges(2); err != nil {
+		return err
+	}
+
+	pr.printf("3. Changed cart. The user adds an item: a new intent, so a new key and a new charge.\n")
+	k3 := idem.NewKey()
+	r3 := pay("pay", k3, 3000)
+	pr.printf("   the app gets %s\n", r3)
+	if err := charges(3); err != nil {
+		return err
+	}
+
+	pr.printf("4. Reused key. A client bug sends the last key again with another amount.\n")
+	r4 := pay("buggy", k3, 9900)
+	pr.printf("   the app gets %s\n", r4)
+	if r4.status != http.StatusUnprocessableEntity {
+		return fmt.Errorf("reused key: want 422, got %s", r4)
+	}
+	if err := charges(3); err != nil {
+		return err
+	}
+
+	pr.printf("5. Replica killed mid-charge. The replica that takes the next payment dies after\n")
+	pr.printf("   the provider charged and before it answers. Once its lease runs out, the retry\n")
+	pr.printf("   takes over as attempt 2 and asks the provider about the operation's stable id.\n")
+	killNext.Store(true)
+	r5 := pay("pay", idem.NewKey(), 4200)
+	pr.printf("   the app gets %s\n", r5)
+	if r5.status != http.StatusCreated {
+		return fmt.Errorf("killed replica: want 201, got %s", r5)
+	}
+	if err := charges(4); err != nil {
+		return err
+	}
+
+	pr.printf("6. Read it back: GET /payments/%s\n", r5.id)
+	live := replicas[0]
+	for _, r := range replicas {
+		if !r.store.dead.Load() {
+			live = r
+		}
+	}
+	got, err := fetch(live.url+"/payments/"+r5.id, "sk_test_alice")
+	if err != nil {
+		return err
+	}
+	pr.printf("   %s\n", got)
+	pr.printf("4 intents, 4 charges: every duplicate was harmless.\n")
+	return nil
+}
+
+// result is what the app learns from one payment call.
+type result struct {
+	status   int
+	id       string
+	replayed bool
+	problem  string
+	err      error
+}
+
+func (r result) String() string {
+	switch {
+	case r.err != nil:
+		return "error: " + r.err.Error()
+	case r.problem != "":
+		return fmt.Sprintf("%d %s", r.status, r.problem)
+	case r.replayed:
+		return fmt.Sprintf("%d, payment %s (the stored answer, Idempotent-Replayed: true)", r.status, r.id)
+	}
+	return fmt.Sprintf("%d, payment %s", r.status, r.id)
+}
+
+type labelKey struct{}
+
+// payOnce makes one logical payment call with key.
+func payOnce(client *http.Client, base, label, key string, amount int64) result {
+	ctx := context.WithValue(idem.WithKey(context.Background(), key), labelKey{}, label)
+	body, _ := json.Marshal(paymentRequest{Amount: amount, Currency: "EUR"})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/payments", bytes.NewReader(body))
+	if err != nil {
+		return result{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer sk_test_alice")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	r := result{status: resp.StatusCode, replayed: resp.Header.Get(idem.ReplayedHeader) == "true"}
+	if resp.StatusCode >= 300 {
+		var p struct{ Title, Detail string }
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		r.problem = p.Title + ": " + p.Detail
+		return r
+	}
+	var p payment
+	r.err = json.NewDecoder(resp.Body).Decode(&p)
+	r.id = p.ID
+	return r
+}
+
+func fetch(u, apiKey string) (string, error) {
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.Status + " " + strings.TrimSpace(string(b)), err
+}
+
+// balancer is the load balancer in front of the replicas: each attempt goes
+// to the next live replica. It prints every attempt, and can lose an answer.
+type balancer struct {
+	replicas   []*replica
+	next       atomic.Int64
+	pr         *printer
+	dropAnswer atomic.Bool // lose the next answer, after the server processed it
+	transport  http.Transport
+}
+
+func (b *balancer) RoundTrip(req *http.Request) (*http.Response, error) {
+	var r *replica
+	for range len(b.replicas) {
+		r = b.replicas[int(b.next.Add(1))%len(b.replicas)]
+		if !r.store.dead.Load() {
+			break
+		}
+	}
+	target, _ := url.Parse(r.url)
+	out := req.Clone(req.Context())
+	out.URL.Scheme, out.URL.Host, out.Host = target.Scheme, target.Host, ""
+	label, _ := req.Context().Value(labelKey{}).(string)
+	key := req.Header.Get(idem.DefaultKeyHeader)
+	if len(key) > 10 {
+		key = key[:9] + `…"`
+	}
+	resp, err := b.transport.RoundTrip(out)
+	line := fmt.Sprintf("   %-6s %s %s key %s → %s:", label, req.Method, req.URL.Path, key, r.name)
+	switch {
+	case err != nil:
+		b.pr.printf("%s no answer (%v)\n", line, shortErr(err))
+	case b.dropAnswer.CompareAndSwap(true, false):
+		resp.Body.Close()
+		b.pr.printf("%s %s, but the answer is lost on the way\n", line, resp.Status)
+		return nil, errors.New("connection reset by peer")
+	default:
+		s := resp.Status
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			s += ", Retry-After: " + ra
+		}
+		if resp.Header.Get(idem.ReplayedHeader) != "" {
+			s += ", Idempotent-Replayed: true"
+		}
+		b.pr.printf("%s %s\n", line, s)
+	}
+	return resp, err
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		s = s[i+2:]
+	}
+	return s
+}
+
+// printer serialises the demo's output.
+type printer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *printer) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, format, args...)
+}
+
+// note prints a replica's remark.
+func (p *printer) note(format string, args ...any) { p.printf("     ("+format+")\n", args...) }

@@ -1,0 +1,169 @@
+package idem
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// parseKey returns the key in a header value: the value itself, or the
+// content of an RFC 8941 string ("quoted", with \" and \\ escapes).
+func parseKey(v string) (string, error) {
+	if len(v) == 0 || v[0] != '"' {
+		return v, validKey(v)
+	}
+	var (
+		b       []byte // only when the string has escapes
+		escaped bool
+	)
+	for i := 1; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", fmt.Errorf("%w: invalid escape in quoted string", ErrInvalidKey)
+			}
+			if !escaped {
+				escaped = true
+				b = append(make([]byte, 0, len(v)), v[1:i-1]...)
+			}
+			b = append(b, v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", fmt.Errorf("%w: text after the closing quote", ErrInvalidKey)
+			}
+			key := v[1:i]
+			if escaped {
+				key = string(b)
+			}
+			return key, validKey(key)
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("%w: byte %#x is not printable ASCII", ErrInvalidKey, c)
+		default:
+			if escaped {
+				b = append(b, c)
+			}
+		}
+	}
+	return "", fmt.Errorf("%w: quoted string without a closing quote", ErrInvalidKey)
+}
+
+// readBody reads r's body, up to max bytes, into a buffer after prefix bytes
+// of free room. status is 413 when the body is larger than max, 400 when it
+// could not be read, 0 otherwise.
+func readBody(r *http.Request, max int64, prefix int) (buf []byte, status int) {
+	if r.ContentLength > max {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return make([]byte, prefix), 0
+	}
+	if r.ContentLength > 0 {
+		buf = make([]byte, prefix+int(r.ContentLength))
+		if _, err := io.ReadFull(r.Body, buf[prefix:]); err != nil {
+			return nil, http.StatusBadRequest
+		}
+		return buf, 0
+	}
+	buf = make([]byte, prefix, prefix+512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, 1)[:len(buf)]
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)-prefix) > max {
+			return nil, http.StatusRequestEntityTooLarge
+		}
+		if err == io.EOF {
+			return buf, 0
+		}
+		if err != nil {
+			return nil, http.StatusBadRequest
+		}
+	}
+}
+
+// bodyReader hands the body, read once by the middleware, to the handler.
+type bodyReader struct {
+	b []byte
+	i int
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.i >= len(b.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.b[b.i:])
+	b.i += n
+	return n, nil
+}
+
+func (b *bodyReader) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(b.b[b.i:])
+	b.i += n
+	return int64(n), err
+}
+
+func (b *bodyReader) Close() error { return nil }
+
+// Fingerprint modes: how the body entered the fingerprint.
+const (
+	modeBytes byte = 'b' // byte for byte
+	modeJSON  byte = 'j' // canonical JSON
+)
+
+// requestPrint fingerprints a request: method, escaped path, raw query and
+// body. buf holds the body after prefix bytes of free room, which
+// requestPrint fills with the method, path and query. A JSON body (by
+// Content-Type) that parses is fingerprinted in canonical form; any other
+// body byte for byte.
+func requestPrint(r *http.Request, path string, buf []byte, prefix int) string {
+	head := append(buf[:0], r.Method...)
+	head = append(head, '\n')
+	head = append(head, path...)
+	head = append(head, '\n')
+	head = append(head, r.URL.RawQuery...)
+	head = append(head, '\n', modeBytes)
+	body := buf[prefix:]
+	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
+		c := canonicalizers.Get().(*canonicalizer)
+		c.src, c.i, c.dupKeys = body, 0, false
+		c.dst = append(c.dst[:0], head...)
+		c.dst[prefix-1] = modeJSON
+		out, ok := c.run()
+		var fp string
+		if ok {
+			fp = fingerprint(out)
+		}
+		c.src = nil
+		if cap(out) <= maxPooledBuffer && cap(c.tmp) <= maxPooledBuffer {
+			c.dst, c.members = out[:0], c.members[:0]
+			canonicalizers.Put(c)
+		}
+		if ok {
+			return fp
+		}
+	}
+	return fingerprint(buf)
+}
+
+// canonicalizers are reused, buffers and all, up to maxPooledBuffer.
+var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+const maxPooledBuffer = 64 << 10
+
+// isJSON reports whether a Content-Type is JSON: application/json or a
+// +json suffix, with any parameters.
+func isJSON(ct string) bool {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = strings.TrimSpace(ct)
+	return strings.EqualFold(ct, "application/json") ||
+		(len(ct) > 5 && strings.EqualFold(ct[len(ct)-5:], "+json"))
+}
