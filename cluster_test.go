@@ -38,8 +38,11 @@ func (b *clusterBackend) guard(opts ...Option) (*Guard, *RedisStore) {
 	return faultGuard(b.client, b.prefix, opts...)
 }
 
-func (b *clusterBackend) recordKey(id string) string { return b.prefix + ":{" + id + "}" }
-func (b *clusterBackend) leaseKey(id string) string  { return b.recordKey(id) + ":l" }
+func (b *clusterBackend) recordKey(id string) string {
+	r, _ := NewRedisStore(nil, WithPrefix(b.prefix)).Keys(id)
+	return r
+}
+func (b *clusterBackend) leaseKey(id string) string { return b.recordKey(id) + ":l" }
 
 // masterOfSlot maps every slot to the address of its master.
 func (b *clusterBackend) masterOfSlot(t *testing.T) map[int]string {

@@ -568,7 +568,7 @@ func TestFaultLeaseLost(t *testing.T) {
 
 			var detected time.Duration
 			v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
-				tt.steal(ctx, t, c, store, a.ID, prefix+":{"+a.ID+"}:l")
+				tt.steal(ctx, t, c, store, a.ID, leaseKey(prefix, a.ID))
 				stolen := time.Now()
 				select {
 				case <-ctx.Done():
@@ -664,7 +664,7 @@ func TestFaultCheckpointAfterLeaseLost(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	g, store := faultGuard(c, prefix, WithLease(300*time.Millisecond))
 	_, err := Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
-		require.NoError(t, c.Del(ctx, prefix+":{"+a.ID+"}:l").Err())
+		require.NoError(t, c.Del(ctx, leaseKey(prefix, a.ID)).Err())
 		rec, err := store.Read(ctx, a.ID)
 		require.NoError(t, err)
 		res, err := store.Claim(ctx, a.ID, ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
@@ -834,4 +834,10 @@ func TestFaultWaitersOneSideEffect(t *testing.T) {
 		require.Equal(t, "charged once, fence 1", r.v)
 	}
 	require.Equal(t, int32(1), runs.Load())
+}
+
+// leaseKey returns the lease key of the operation id under prefix.
+func leaseKey(prefix, id string) string {
+	_, l := NewRedisStore(nil, WithPrefix(prefix)).Keys(id)
+	return l
 }

@@ -697,7 +697,8 @@ func TestLeaseLostCancelsFn(t *testing.T) {
 		g := b.guard(t, idem.WithLease(150*time.Millisecond))
 		_, err := idem.Do(context.Background(), g, "k", nil, func(ctx context.Context, a *idem.Attempt) (string, error) {
 			// The lease vanishes (as if it expired) and another attempt takes over.
-			require.NoError(t, b.client.Del(ctx, b.prefix+":{"+a.ID+"}:l").Err())
+			_, lease := b.store().Keys(a.ID)
+			require.NoError(t, b.client.Del(ctx, lease).Err())
 			res, err := b.store().Claim(ctx, a.ID, idem.ClaimRequest{Owner: "intruder", Fingerprint: fpOfNil(t, b, a.ID), Lease: time.Minute, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Equal(t, idem.Claimed, res.Status)

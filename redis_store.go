@@ -6,6 +6,8 @@ import (
 	"compress/flate"
 	"context"
 	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -39,8 +41,8 @@ var (
 
 // RedisStore is the Store on Redis 7.0 or newer, standalone, with replicas,
 // or Redis Cluster. Each operation has two keys sharing one hash tag,
-// "<prefix>:{<id>}" for the record and "<prefix>:{<id>}:l" for the lease, so
-// every script touches one slot. Every key carries a TTL; Redis expiry is the
+// "<prefix>:{<id>}" for the record and "<prefix>:{<id>}:l" for the lease
+// (Keys returns them), so every script touches one slot. Every key carries a TTL; Redis expiry is the
 // only cleanup. Each method is one script run: EVALSHA, falling back to EVAL
 // the first time a server lacks the script.
 //
@@ -116,7 +118,22 @@ func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 	return s
 }
 
+// Keys returns the Redis keys of the operation with the given id
+// (Attempt.ID): its record and its lease. They share one hash tag.
+func (s *RedisStore) Keys(id string) (record, lease string) {
+	k := s.keys(id)
+	return k[0], k[1]
+}
+
 func (s *RedisStore) keys(id string) []string {
+	// A hex id of 128 bits is written in base64url: 22 characters instead
+	// of 32 in every key, which Redis keeps for every record.
+	var b [16]byte
+	if len(id) == 32 {
+		if _, err := hex.Decode(b[:], []byte(id)); err == nil {
+			id = base64.RawURLEncoding.EncodeToString(b[:])
+		}
+	}
 	rec := s.prefix + ":{" + id + "}"
 	return []string{rec, rec + ":l"}
 }

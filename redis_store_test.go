@@ -144,7 +144,8 @@ func TestRedisStoreCompression(t *testing.T) {
 				got, err := idem.Do(ctx, g, key, nil, func(context.Context, *idem.Attempt) ([]byte, error) { return nil, nil })
 				require.NoError(t, err)
 				require.Equal(t, tt.payload, got, "replayed intact")
-				stored, err := b.client.StrLen(ctx, b.prefix+":{"+id+"}").Result()
+				record, _ := b.store().Keys(id)
+				stored, err := b.client.StrLen(ctx, record).Result()
 				require.NoError(t, err)
 				if tt.smaller {
 					require.Less(t, stored, int64(len(tt.payload))/4, "stored deflated")
