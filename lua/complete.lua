@@ -22,7 +22,7 @@ if st == 'C' then
   return 1
 end
 redis.call('SET', KEYS[1], 'C|' .. f .. '|' .. owner .. '|' .. fp .. '|' .. ARGV[4] .. ARGV[2], 'PX', ARGV[3])
-if redis.call('GET', KEYS[2]) == ARGV[1] then
-  redis.call('DEL', KEYS[2])
-end
+-- Only a claim writes the lease, together with the record's owner: a lease
+-- that exists while the caller owns the record is the caller's.
+redis.call('DEL', KEYS[2])
 return 1
