@@ -177,7 +177,7 @@ func New(store Store, opts ...Option) *Guard {
 //
 // What a caller gets:
 //   - First caller: fn runs with a lease on key, renewed while it runs.
-//     Its value is stored as JSON (a []byte as is) and returned.
+//     Its value is stored as JSON (a []byte or string as is) and returned.
 //   - Repeat after completion: the stored value, decoded into T; fn does not run.
 //   - Concurrent duplicate: *InProgressError (ErrInProgress), or, with
 //     WithWait, the first caller's result once stored.
@@ -220,7 +220,10 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 			}
 			return nil, false, ferr
 		}
-		if raw, ok := any(v).([]byte); ok {
+		switch raw := any(v).(type) {
+		case []byte:
+			return append([]byte{payloadBytes}, raw...), true, nil
+		case string:
 			return append([]byte{payloadBytes}, raw...), true, nil
 		}
 		b, merr := json.Marshal(v)
@@ -386,8 +389,12 @@ func decodeResult[T any](payload []byte) (T, error) {
 	case payloadError:
 		return v, &permanentError{err: errors.New(string(payload[1:]))}
 	case payloadBytes:
-		if p, ok := any(&v).(*[]byte); ok {
+		switch p := any(&v).(type) {
+		case *[]byte:
 			*p = payload[1:]
+			return v, nil
+		case *string:
+			*p = string(payload[1:])
 			return v, nil
 		}
 		return v, fmt.Errorf("idem: stored result is bytes and does not decode into %T", v)

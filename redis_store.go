@@ -145,7 +145,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	res, err := parseClaim(v)
+	res, err := parseClaim(v, c.Fingerprint)
 	if err == nil && res.Status == Claimed && s.replicas > 0 {
 		if err = s.waitReplicas(ctx, keys[0]); err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -156,7 +156,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 	return res, err
 }
 
-func parseClaim(v []any) (ClaimResult, error) {
+func parseClaim(v []any, fp string) (ClaimResult, error) {
 	if len(v) == 0 {
 		return ClaimResult{}, errors.New("idem: empty claim reply")
 	}
@@ -171,9 +171,22 @@ func parseClaim(v []any) (ClaimResult, error) {
 			return ClaimResult{}, err
 		}
 	case res.Status == Completed && len(v) == 2:
-		p, _ := v[1].(string)
+		rec, _ := v[1].(string)
+		// The hot path of replays: no more parsing than the fingerprint
+		// and the payload need.
+		var f [4]string
+		for i := range f {
+			j := strings.IndexByte(rec, '|')
+			if j < 0 {
+				return ClaimResult{}, errors.New("idem: unreadable record: too few fields")
+			}
+			f[i], rec = rec[:j], rec[j+1:]
+		}
+		if f[3] != fp {
+			return ClaimResult{Status: Mismatch}, nil
+		}
 		var err error
-		if res.Payload, err = decodePayload(p); err != nil {
+		if res.Payload, err = decodePayload(rec); err != nil {
 			return ClaimResult{}, err
 		}
 	case res.Status == Busy && len(v) == 2:

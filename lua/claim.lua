@@ -15,21 +15,23 @@
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
 --                            claim), whose lease is then renewed
---   {2, payload}             completed: the format byte and the stored payload, to replay
+--   {2, record}              completed: the whole record; the caller checks its fingerprint
+--                            and replays its payload (this is the hot path of replays, so
+--                            the script does not parse the record)
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
 --   {4}                      mismatch: the record holds another fingerprint
 local v = redis.call('GET', KEYS[1])
 local fence, cps = 1, ''
 if v then
+  if string.byte(v, 1) == 67 then -- 'C'
+    return {2, v}
+  end
   local st, f, owner, fp, pos = string.match(v, '^(%u)|(%d+)|([^|]*)|([^|]*)|()')
   if not st then
     return redis.error_reply('idem: unreadable record at ' .. KEYS[1])
   end
   if fp ~= ARGV[2] then
     return {4}
-  end
-  if st == 'C' then
-    return {2, string.sub(v, pos)}
   end
   cps = string.sub(v, pos)
   if owner == ARGV[1] then
