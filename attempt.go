@@ -14,8 +14,9 @@ type Attempt struct {
 	// Key is the caller's key.
 	Key string
 	// ID is the stable, opaque id of the operation (scope and key), equal
-	// in every attempt. Pass it to an external provider as that provider's
-	// idempotency key, so that a repeated call is a duplicate there too.
+	// in every attempt: 22 characters of base64url (A-Z, a-z, 0-9, - and _).
+	// Pass it to an external provider as that provider's idempotency key, so
+	// that a repeated call is a duplicate there too.
 	ID string
 	// Fence is 1 on the first attempt and grows on every takeover or re-run
 	// while the record lives. Fence > 1 means that an earlier attempt

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -313,9 +312,10 @@ type op struct {
 	fp    string
 }
 
-// id returns the operation's stable, opaque id: 32 hex digits of the SHA-256
-// of its namespace, scope and key. Hashing keeps any key out of another's key
-// space and gives every Redis key of the operation one hash tag.
+// id returns the operation's stable, opaque id: the first 128 bits of the
+// SHA-256 of its namespace, scope and key, base64url encoded (22 characters).
+// Hashing keeps any key out of another's key space and gives every Redis key
+// of the operation one hash tag.
 func (o op) id() string {
 	var buf [128]byte
 	b := append(buf[:0], o.ns)
@@ -323,7 +323,7 @@ func (o op) id() string {
 	b = append(b, o.scope...)
 	b = append(b, o.key...)
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
 // validKey reports why key is not a valid idempotency key, wrapping

@@ -6,8 +6,6 @@ import (
 	"compress/flate"
 	"context"
 	_ "embed"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -126,14 +124,6 @@ func (s *RedisStore) Keys(id string) (record, lease string) {
 }
 
 func (s *RedisStore) keys(id string) []string {
-	// A hex id of 128 bits is written in base64url: 22 characters instead
-	// of 32 in every key, which Redis keeps for every record.
-	var b [16]byte
-	if len(id) == 32 {
-		if _, err := hex.Decode(b[:], []byte(id)); err == nil {
-			id = base64.RawURLEncoding.EncodeToString(b[:])
-		}
-	}
 	rec := s.prefix + ":{" + id + "}"
 	return []string{rec, rec + ":l"}
 }
