@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// scalePoint is one (concurrency, topology) measurement for the chart.
+type scalePoint struct {
+	clients    int
+	raw, fresh *variant
+}
+
+// freshPair returns the raw two-round-trip floor and Do on fresh keys over
+// client c (hook h), with clients workers.
+func freshPair(e *env, tag string, clients int, c redis.UniversalClient, h *rtHook, srv func(context.Context) (float64, error)) (raw, fresh *variant) {
+	base := "s-" + e.nonce + "-" + tag
+	rawKeys := keyer(base + "-raw")
+	raw = &variant{
+		name: fmt.Sprintf("raw SET NX PX + SET PX, %d clients", clients), clients: clients, rt: h.n, srv: srv,
+		op: func(ctx context.Context, w int, seq uint64) error {
+			k := "raw:{" + rawKeys.key(w, seq) + "}"
+			ok, err := c.SetNX(ctx, k+":l", "owner-token-0123456", 30*time.Second).Result()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("raw SET NX found the key taken")
+			}
+			return c.Set(ctx, k, rawPayload, retention).Err()
+		},
+	}
+	g := e.guard(c, base+"-do")
+	keys := keyer("k")
+	fresh = &variant{
+		name: fmt.Sprintf("idem.Do fresh, %d clients", clients), clients: clients, rt: h.n, srv: srv,
+		op: func(ctx context.Context, w int, seq uint64) error {
+			_, err := idem.Do(ctx, g, keys.key(w, seq), theReq, func(ctx context.Context, a *idem.Attempt) (payment, error) {
+				return thePayment, nil
+			})
+			return err
+		},
+	}
+	return raw, fresh
+}
+
+// runScale is scenario 5: throughput against client concurrency, on the
+// standalone server and on a 3-master Redis Cluster.
+func runScale(ctx context.Context, e *env) error {
+	progress("scenario 5: scale, clients %v", e.cfg.levels)
+	sec := e.rep.section("5. Scale: throughput vs client concurrency, standalone Redis",
+		"Fresh keys; each level is measured raw floor beside idem.Do, interleaved, each side with its own go-redis client (pool ≥ clients).")
+	for _, n := range e.cfg.levels {
+		c, h := e.client(0, n)
+		raw, fresh := freshPair(e, fmt.Sprintf("c%d", n), n, c, h, e.serverUsec)
+		if err := compare(ctx, e.cfg, fmt.Sprintf("standalone, %d clients", n), raw, fresh); err != nil {
+			return err
+		}
+		sec.pair(raw, fresh)
+		e.rep.scaleStandalone = append(e.rep.scaleStandalone, scalePoint{n, raw, fresh})
+	}
+	if len(e.clusterAddrs) == 0 {
+		e.rep.section("5b. Scale on a 3-master Redis Cluster", "Skipped: "+e.clusterNote)
+		progress("scenario 5b: cluster skipped: %s", e.clusterNote)
+		return nil
+	}
+	progress("scenario 5b: 3-master Redis Cluster, clients %v", e.cfg.levels)
+	sec = e.rep.section("5b. Scale on a 3-master Redis Cluster",
+		fmt.Sprintf("Three cluster-enabled redis-server masters on loopback (%s), `redis.ClusterClient`; "+
+			"round trips are counted at the cluster client (each command goes to one node). All three masters "+
+			"share this machine's cores with the client, so the cluster shows correctness and routing cost, not scaling.", e.clusterNote))
+	for _, n := range e.cfg.levels {
+		c, h := e.clusterClient(n)
+		raw, fresh := freshPair(e, fmt.Sprintf("cl%d", n), n, c, h, nil)
+		if err := compare(ctx, e.cfg, fmt.Sprintf("cluster, %d clients", n), raw, fresh); err != nil {
+			return err
+		}
+		sec.pair(raw, fresh)
+		e.rep.scaleCluster = append(e.rep.scaleCluster, scalePoint{n, raw, fresh})
+	}
+	return nil
+}
