@@ -734,6 +734,33 @@ func TestHeartbeatKeepsLongRuns(t *testing.T) {
 	require.Equal(t, "long", v)
 }
 
+// TestLeaseOutlivesCallerCancel: when the caller's context ends, fn is told,
+// but a function that keeps running keeps its lease: a duplicate meanwhile is
+// told to wait, not run.
+func TestLeaseOutlivesCallerCancel(t *testing.T) {
+	srv := redistest.Shared(t)
+	b := &backend{client: srv.Client(t), prefix: redistest.Prefix(t)}
+	g := b.guard(t, idem.WithLease(150*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	var dupRuns atomic.Int32
+	v, err := idem.Do(ctx, g, "k", nil, func(fctx context.Context, a *idem.Attempt) (string, error) {
+		cancel()
+		<-fctx.Done() // told
+		for range 3 { // and keeps going, past two leases
+			time.Sleep(100 * time.Millisecond)
+			_, err := idem.Do(context.Background(), g, "k", nil, func(context.Context, *idem.Attempt) (string, error) {
+				dupRuns.Add(1)
+				return "dup", nil
+			})
+			require.ErrorIs(t, err, idem.ErrInProgress)
+		}
+		return "finished", nil
+	})
+	require.NoError(t, err, "the result is stored although the caller left")
+	require.Equal(t, "finished", v)
+	require.Zero(t, dupRuns.Load())
+}
+
 // TestRoundTrips counts commands with a go-redis hook: a fresh Do costs two
 // round trips, a replay one, once the scripts are cached on the server.
 func TestRoundTrips(t *testing.T) {

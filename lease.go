@@ -22,7 +22,7 @@ func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Ti
 	// only when the first renewal is due, so they pay for one timer.
 	first := time.AfterFunc(time.Until(claimed.Add(g.lease/3)), func() {
 		defer close(done)
-		g.heartbeat(ctx, hctx, cancel, quit, id, owner, claimed)
+		g.heartbeat(ctx, cancel, quit, id, owner, claimed)
 	})
 	return hctx, func() {
 		if !first.Stop() {
@@ -35,7 +35,7 @@ func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Ti
 
 // heartbeat renews the lease now and every lease/3 after, until quit is
 // closed or the lease is lost; see holdLease.
-func (g *Guard) heartbeat(ctx, hctx context.Context, cancel context.CancelCauseFunc, quit <-chan struct{}, id, owner string, claimed time.Time) {
+func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, quit <-chan struct{}, id, owner string, claimed time.Time) {
 	margin := g.lease / 10
 	valid := claimed.Add(g.lease - margin)
 	expire := time.NewTimer(time.Until(valid))
@@ -55,8 +55,8 @@ func (g *Guard) heartbeat(ctx, hctx context.Context, cancel context.CancelCauseF
 		select {
 		case <-quit:
 			return
-		case <-hctx.Done():
-			return
+		// Not hctx.Done(): when the caller's context ends, fn is told, but
+		// the lease is held for as long as fn still runs.
 		case <-expire.C:
 			g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
 			cancel(ErrLeaseLost)
