@@ -237,10 +237,10 @@ func AttemptFrom(ctx context.Context) (*Attempt, bool) {
 //
 // Errors are application/problem+json bodies (RFC 9457). The handler's
 // context is detached from the client's connection: a client that goes away
-// does not cancel the handler, so that its retry finds the outcome (nor a
-// duplicate waiting under WithWait, which waits at most that long). The
+// does not cancel the handler, so that its retry finds the outcome. The
 // context keeps the request's values and is cancelled, with cause
-// ErrLeaseLost, only if the lease is lost.
+// ErrLeaseLost, only if the lease is lost. A duplicate waiting under WithWait
+// stops waiting when its own client goes away.
 //
 // The response writer the handler gets buffers the response; it supports
 // http.Flusher (a no-op until the response is too large to store) and
@@ -332,9 +332,9 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := buf[prefix:]
 	fp := requestPrint(r, path, buf, prefix)
 
-	c := &call{detached: detached{r.Context()}}
+	c := &call{}
 	ran := false
-	payload, replayed, err := m.g.exec(&c.detached, op{ns: nsHTTP, scope: scope, key: key, fp: fp},
+	payload, replayed, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true},
 		func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 			ran = true
 			c.rec = recorder{w: w, names: m.stored, limit: m.maxResponse}
@@ -359,22 +359,10 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // call is the state of one protected request, allocated once.
 type call struct {
-	detached detached
-	ctx      attemptContext
-	rec      recorder
-	body     bodyReader
+	ctx  attemptContext
+	rec  recorder
+	body bodyReader
 }
-
-// detached is the request's context without its cancellation and deadline,
-// like context.WithoutCancel: a client that goes away does not cancel the
-// operation.
-type detached struct{ parent context.Context }
-
-func (d *detached) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (d *detached) Done() <-chan struct{}       { return nil }
-func (d *detached) Err() error                  { return nil }
-func (d *detached) Value(key any) any           { return d.parent.Value(key) }
-func (d *detached) String() string              { return "idem.detached" }
 
 // attemptContext carries the Attempt for AttemptFrom.
 type attemptContext struct {

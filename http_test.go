@@ -543,6 +543,36 @@ func TestMiddlewareWaitGetsTheFirstResponse(t *testing.T) {
 	})
 }
 
+// TestMiddlewareWaiterStopsWhenItsClientLeaves: a duplicate waiting under
+// WithWait gives up when its own client goes away; the first request is not
+// disturbed.
+func TestMiddlewareWaiterStopsWhenItsClientLeaves(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		app := newTestApp()
+		store := &busyStore{Store: b.store(), busy: make(chan struct{}, 1)}
+		h := idem.New(store, quiet, idem.WithWait(time.Minute)).Middleware()(app)
+		first := make(chan *httptest.ResponseRecorder)
+		go func() { first <- serve(h, req{key: "k", path: "/hold"}) }()
+		<-app.started
+		ctx, leave := context.WithCancel(context.Background())
+		second := make(chan struct{})
+		go func() {
+			defer close(second)
+			h.ServeHTTP(httptest.NewRecorder(), req{key: "k", path: "/hold"}.build().WithContext(ctx))
+		}()
+		<-store.busy // the duplicate waits
+		leave()
+		select {
+		case <-second:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiting duplicate did not stop when its client left")
+		}
+		close(app.release)
+		require.Equal(t, http.StatusCreated, (<-first).Code)
+		require.EqualValues(t, 1, app.runs.Load())
+	})
+}
+
 // TestMiddlewareLostAnswer: the server processes a request and commits it,
 // but the connection drops before the answer; the transport retries with the
 // same key and gets the stored answer.

@@ -310,6 +310,9 @@ type op struct {
 	scope string
 	key   string
 	fp    string
+	// detach runs fn on a context without the caller's cancellation: the
+	// claim and any wait still end with the caller's context, fn does not.
+	detach bool
 }
 
 // id returns the operation's stable, opaque id: the first 128 bits of the
@@ -446,7 +449,11 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 		case Mismatch:
 			return nil, false, ErrMismatch
 		case Claimed:
-			payload, err := g.run(ctx, o.key, id, owner, sent, res, fn)
+			rctx := ctx
+			if o.detach {
+				rctx = context.WithoutCancel(ctx)
+			}
+			payload, err := g.run(rctx, o.key, id, owner, sent, res, fn)
 			return payload, false, err
 		case Busy:
 			if !sent.Before(deadline) {
