@@ -390,7 +390,7 @@ func TestFaultRedisDownBefore(t *testing.T) {
 	require.False(t, ran)
 	require.ErrorIs(t, err, ErrStoreUnavailable)
 	require.NotErrorIs(t, err, ErrNotRecorded)
-	require.Less(t, time.Since(start), 2*time.Second)
+	require.Less(t, time.Since(start), 5*time.Second, "fails fast, not after go-redis's default retries")
 
 	ranOnce := false
 	done, err := g.Once(ctx, "m", func(context.Context) error { ranOnce = true; return nil })
@@ -644,7 +644,7 @@ func TestFaultRedisHangs(t *testing.T) {
 			returned := time.Since(start)
 			ranFor := fnEnd.Sub(start)
 			require.ErrorIs(t, err, ErrLeaseLost, "fn's context was not cancelled within %v of a %v lease", ranFor, lease)
-			require.LessOrEqual(t, ranFor, lease+100*time.Millisecond,
+			require.LessOrEqual(t, ranFor, lease+250*time.Millisecond,
 				"fn ran %v under a %v lease while Redis did not answer", ranFor, lease)
 			require.LessOrEqual(t, returned, ranFor+time.Second, "Do returned %v after fn", returned-ranFor)
 		})
