@@ -53,6 +53,7 @@ type RedisStore struct {
 	ackWait       time.Duration
 	compressAbove int
 	log           *slog.Logger
+	bad           error // a client the store cannot work with
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -105,9 +106,10 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 
 // NewRedisStore returns a store on c, which may be a *redis.Client, a
 // *redis.ClusterClient or a failover client. It does no I/O; call Check at
-// start-up to verify the server.
+// start-up to verify the server. A nil client or a go-redis Ring makes every
+// method fail with a clear error.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default()}
+	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c)}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -123,6 +125,25 @@ func (s *RedisStore) Keys(id string) (record, lease string) {
 	return k[0], k[1]
 }
 
+// unusable reports why the store cannot work with c, or nil.
+func unusable(c redis.UniversalClient) error {
+	switch c := c.(type) {
+	case nil:
+		return errors.New("idem: NewRedisStore needs a Redis client, got nil")
+	case *redis.Client:
+		if c == nil {
+			return errors.New("idem: NewRedisStore needs a Redis client, got a nil *redis.Client")
+		}
+	case *redis.ClusterClient:
+		if c == nil {
+			return errors.New("idem: NewRedisStore needs a Redis client, got a nil *redis.ClusterClient")
+		}
+	case *redis.Ring:
+		return errors.New("idem: go-redis Ring is not supported (it re-hashes keys when a shard drops); use Redis Cluster")
+	}
+	return nil
+}
+
 func (s *RedisStore) keys(id string) []string {
 	rec := s.prefix + ":{" + id + "}"
 	return []string{rec, rec + ":l"}
@@ -130,6 +151,9 @@ func (s *RedisStore) keys(id string) []string {
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
+	if s.bad != nil {
+		return ClaimResult{}, s.bad
+	}
 	keys := s.keys(id)
 	v, err := claimScript.Run(ctx, s.c, keys, c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL)).Slice()
 	if err != nil {
@@ -191,16 +215,25 @@ func parseClaim(v []any, fp string) (ClaimResult, error) {
 
 // Heartbeat implements Store.
 func (s *RedisStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	if s.bad != nil {
+		return s.bad
+	}
 	return owned(heartbeatScript.Run(ctx, s.c, s.keys(id)[1:], owner, ms(lease)).Int64())
 }
 
 // Checkpoint implements Store.
 func (s *RedisStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
+	if s.bad != nil {
+		return s.bad
+	}
 	return owned(checkpointScript.Run(ctx, s.c, s.keys(id)[:1], owner, name, value).Int64())
 }
 
 // Complete implements Store.
 func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
+	if s.bad != nil {
+		return s.bad
+	}
 	keys := s.keys(id)
 	format, payload := s.encodePayload(payload)
 	if err := owned(completeScript.Run(ctx, s.c, keys, owner, payload, ms(retention), format).Int64()); err != nil {
@@ -214,12 +247,18 @@ func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []b
 
 // Release implements Store.
 func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
+	if s.bad != nil {
+		return s.bad
+	}
 	return owned(releaseScript.Run(ctx, s.c, s.keys(id), owner).Int64())
 }
 
 // Read implements Store. It costs one round trip (a pipeline of three reads
 // on the record's slot).
 func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
+	if s.bad != nil {
+		return nil, s.bad
+	}
 	keys := s.keys(id)
 	var get *redis.StringCmd
 	var ttl, lttl *redis.DurationCmd
@@ -251,6 +290,9 @@ func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
 // Servers that do not expose INFO or CONFIG are not checked. On Redis
 // Cluster every master is checked.
 func (s *RedisStore) Check(ctx context.Context) error {
+	if s.bad != nil {
+		return s.bad
+	}
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
 		if err != nil {

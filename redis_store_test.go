@@ -156,3 +156,33 @@ func TestRedisStoreCompression(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisStoreUnusableClients: a nil client or a go-redis Ring gets a
+// clear error, never a panic, and fn does not run.
+func TestRedisStoreUnusableClients(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { ring.Close() })
+	tests := []struct {
+		name   string
+		client redis.UniversalClient
+		want   string
+	}{
+		{name: "nil", client: nil, want: "needs a Redis client"},
+		{name: "nil *redis.Client", client: (*redis.Client)(nil), want: "needs a Redis client"},
+		{name: "Ring", client: ring, want: "Ring is not supported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := idem.NewRedisStore(tt.client)
+			ran := false
+			_, err := idem.Do(context.Background(), idem.New(s), "k", nil, func(context.Context, *idem.Attempt) (int, error) {
+				ran = true
+				return 1, nil
+			})
+			require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+			require.ErrorContains(t, err, tt.want)
+			require.False(t, ran)
+			require.ErrorContains(t, s.Check(context.Background()), tt.want)
+		})
+	}
+}
