@@ -63,10 +63,14 @@ type RedisOption func(*RedisStore)
 
 // WithPrefix sets the prefix of every key the store writes. The default is
 // "idem". Guards with different prefixes on one Redis never see each other's
-// operations.
+// operations. A prefix with a brace would take over the keys' Redis Cluster
+// hash tag: the store then fails every call with an error saying so.
 func WithPrefix(p string) RedisOption {
 	return func(s *RedisStore) {
-		if p != "" {
+		switch {
+		case strings.ContainsAny(p, "{}"):
+			s.bad = fmt.Errorf("idem: WithPrefix(%q): a prefix must not contain { or }", p)
+		case p != "":
 			s.prefix = p
 		}
 	}

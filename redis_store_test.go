@@ -165,15 +165,17 @@ func TestRedisStoreUnusableClients(t *testing.T) {
 	tests := []struct {
 		name   string
 		client redis.UniversalClient
+		opts   []idem.RedisOption
 		want   string
 	}{
 		{name: "nil", client: nil, want: "needs a Redis client"},
 		{name: "nil *redis.Client", client: (*redis.Client)(nil), want: "needs a Redis client"},
 		{name: "Ring", client: ring, want: "Ring is not supported"},
+		{name: "prefix with a brace", client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), opts: []idem.RedisOption{idem.WithPrefix("app{1}")}, want: "must not contain {"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := idem.NewRedisStore(tt.client)
+			s := idem.NewRedisStore(tt.client, tt.opts...)
 			ran := false
 			_, err := idem.Do(context.Background(), idem.New(s), "k", nil, func(context.Context, *idem.Attempt) (int, error) {
 				ran = true
