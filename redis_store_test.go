@@ -40,6 +40,16 @@ func TestRedisStoreContractRedisServer(t *testing.T) {
 	})
 }
 
+func TestRedisStoreContractCluster(t *testing.T) {
+	c := redistest.SharedCluster(t).Client(t)
+	idemtest.Run(t, idemtest.Harness{
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			return idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t))), time.Sleep
+		},
+		Lease: 150 * time.Millisecond,
+	})
+}
+
 func TestRedisStoreCheck(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
