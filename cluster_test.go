@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,12 +49,20 @@ func (b *clusterBackend) leaseKey(id string) string { return b.recordKey(id) + "
 // masterOfSlot maps every slot to the address of its master.
 func (b *clusterBackend) masterOfSlot(t *testing.T) map[int]string {
 	t.Helper()
-	slots, err := b.client.ClusterSlots(context.Background()).Result()
+	shards, err := b.client.ClusterShards(context.Background()).Result()
 	require.NoError(t, err)
 	m := make(map[int]string)
-	for _, s := range slots {
-		for slot := s.Start; slot <= s.End; slot++ {
-			m[slot] = s.Nodes[0].Addr
+	for _, s := range shards {
+		var master string
+		for _, n := range s.Nodes {
+			if n.Role == "master" {
+				master = net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			}
+		}
+		for _, r := range s.Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				m[int(slot)] = master
+			}
 		}
 	}
 	require.Len(t, m, 16384)
