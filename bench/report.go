@@ -17,7 +17,6 @@ type report struct {
 	finished        time.Time
 	redisVersion    string
 	pgVersion       string
-	clusterVersion  string
 	sections        []*section
 	targets         []target
 	mem             []memRow
