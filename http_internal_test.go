@@ -242,3 +242,10 @@ func encode(tag byte, status int, h http.Header, names []string, body []byte) []
 	}
 	return append(appendHead(nil, tag, status, snap, names), body...)
 }
+
+// unmarshalNumbers decodes JSON keeping numbers as written.
+func unmarshalNumbers(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -539,11 +538,4 @@ func (g *Guard) storeError(ctx context.Context, err error) error {
 		return fmt.Errorf("idem: %w", context.Cause(ctx))
 	}
 	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-}
-
-// unmarshalNumbers decodes JSON keeping numbers as written.
-func unmarshalNumbers(b []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	return d.Decode(v)
 }
