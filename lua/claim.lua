@@ -45,14 +45,16 @@ if v then
     return {1, tonumber(f), cps}
   end
   local ttl = redis.call('PTTL', KEYS[2])
-  if ttl ~= -2 then
+  if ttl > 0 or ttl == -1 then
     if ttl < 0 then ttl = tonumber(ARGV[3]) end
     return {3, ttl}
   end
+  -- The lease is gone, or in its last millisecond (PTTL 0): its holder gave
+  -- it up a tenth of the lease ago by its own clock. Take over.
   fence = tonumber(f) + 1
-end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3]) then
-  return {3, redis.call('PTTL', KEYS[2])}
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+elseif not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3]) then
+  return {3, math.max(redis.call('PTTL', KEYS[2]), 1)}
 end
 redis.call('SET', KEYS[1], 'P|' .. fence .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. cps, 'PX', ARGV[4])
 return {1, fence, cps}
