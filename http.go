@@ -334,7 +334,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c := &call{}
 	ran := false
-	payload, replayed, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true},
+	payload, replayed, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.g.wait},
 		func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 			ran = true
 			c.rec = recorder{w: w, names: m.stored, limit: m.maxResponse}

@@ -209,7 +209,7 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 		ferr error
 		ran  bool
 	)
-	payload, replayed, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
+	payload, replayed, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.wait}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 		ran = true
 		v, ferr = fn(ctx, a)
 		if ferr != nil {
@@ -259,7 +259,7 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		return false, errors.New("idem: Once with a nil function")
 	}
 	var ferr error
-	payload, replayed, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
+	payload, replayed, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.wait}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 		ran = true
 		ferr = fn(ctx)
 		switch {
@@ -312,6 +312,8 @@ type op struct {
 	// detach runs fn on a context without the caller's cancellation: the
 	// claim and any wait still end with the caller's context, fn does not.
 	detach bool
+	// wait is how long a duplicate waits for the holder's result (WithWait).
+	wait time.Duration
 }
 
 // id returns the operation's stable, opaque id: the first 128 bits of the
@@ -433,8 +435,8 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 	owner := newToken()
 	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retention}
 	var deadline time.Time
-	if g.wait > 0 {
-		deadline = time.Now().Add(g.wait)
+	if o.wait > 0 {
+		deadline = time.Now().Add(o.wait)
 	}
 	for poll := 0; ; poll++ {
 		sent := time.Now()
