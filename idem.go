@@ -78,13 +78,12 @@ func (e *permanentError) Unwrap() error        { return e.err }
 func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
 
 const (
-	defaultLease     = 30 * time.Second
-	defaultRetention = 24 * time.Hour
-	minLease         = 30 * time.Millisecond
-	maxKeyLen        = 255
-	// writeTimeout bounds complete and release, which run detached from the
-	// caller's context so that a caller giving up cannot void a result.
-	writeTimeout = 5 * time.Second
+	defaultLease        = 30 * time.Second
+	defaultRetention    = 24 * time.Hour
+	minLease            = 30 * time.Millisecond
+	maxKeyLen           = 255
+	defaultWriteTimeout = 5 * time.Second
+	minWriteTimeout     = 10 * time.Millisecond
 )
 
 // Guard runs operations at most once per key. It is safe for concurrent use
@@ -98,6 +97,7 @@ type Guard struct {
 	lease     time.Duration
 	retention time.Duration
 	wait      time.Duration
+	write     time.Duration // bound of complete and release
 	log       *slog.Logger
 }
 
@@ -138,6 +138,23 @@ func WithWait(d time.Duration) Option {
 	return func(g *Guard) { g.wait = max(d, 0) }
 }
 
+// WithWriteTimeout bounds the store calls made after fn returned: the
+// completion that stores its result and the release after a failure. They
+// run detached from the caller's context, so that a caller giving up cannot
+// void a result, and they are bounded by this timeout even when the Redis
+// client would wait longer (go-redis ignores context deadlines unless its
+// ContextTimeoutEnabled is set). A completion not answered in time is
+// reported as ErrNotRecorded joined with ErrStoreUnavailable: it may or may
+// not have been stored. Values below 10ms are raised to 10ms; zero or
+// negative means the default, 5s.
+func WithWriteTimeout(d time.Duration) Option {
+	return func(g *Guard) {
+		if d > 0 {
+			g.write = max(d, minWriteTimeout)
+		}
+	}
+}
+
 // WithLogger sets the logger for events the caller cannot see in a return
 // value: failed releases, heartbeat trouble, results that could not be
 // recorded. The default is slog.Default().
@@ -149,12 +166,21 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// defaultWait returns the wait set by WithWait; a nil Guard has none.
+func (g *Guard) defaultWait() time.Duration {
+	if g == nil {
+		return 0
+	}
+	return g.wait
+}
+
 // New returns a Guard over store. It does no I/O.
 func New(store Store, opts ...Option) *Guard {
 	g := &Guard{
 		store:     store,
 		lease:     defaultLease,
 		retention: defaultRetention,
+		write:     defaultWriteTimeout,
 		log:       slog.Default(),
 	}
 	for _, o := range opts {
@@ -209,7 +235,7 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 		ferr error
 		ran  bool
 	)
-	payload, replayed, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.wait}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
+	payload, replayed, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 		ran = true
 		v, ferr = fn(ctx, a)
 		if ferr != nil {
@@ -259,7 +285,7 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		return false, errors.New("idem: Once with a nil function")
 	}
 	var ferr error
-	payload, replayed, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.wait}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
+	payload, replayed, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 		ran = true
 		ferr = fn(ctx)
 		switch {
@@ -480,19 +506,11 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 	}
 }
 
-// run runs fn as the owner of a fresh claim.
+// run runs fn as the owner of a fresh claim, sent at claimed.
 func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn func(ctx context.Context, a *Attempt) ([]byte, bool, error)) (payload []byte, err error) {
-	if time.Since(claimed) > g.lease/3 {
-		// The claim's reply came late (a slow server, or a claim re-sent
-		// after a lost reply): renew before running fn, so that fn starts
-		// with a lease that is live in Redis and a local deadline to match.
-		sent, err := g.renew(ctx, id, owner)
-		if err != nil {
-			g.release(ctx, id, owner)
-			return nil, fmt.Errorf("%w: the claim answered after %v and its lease could not be renewed: %w",
-				ErrStoreUnavailable, time.Since(claimed).Round(time.Millisecond), err)
-		}
-		claimed = sent
+	claimed, err = g.confirmLease(ctx, id, owner, claimed)
+	if err != nil {
+		return nil, err
 	}
 	a := &Attempt{Key: key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
 	hctx, stop := g.holdLease(ctx, id, owner, claimed)
@@ -511,9 +529,10 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 		g.release(ctx, id, owner)
 		return payload, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	if cerr := g.store.Complete(cctx, id, owner, payload, g.retention); cerr != nil {
+	cerr := g.bounded(ctx, func(ctx context.Context) error {
+		return g.store.Complete(ctx, id, owner, payload, g.retention)
+	})
+	if cerr != nil {
 		if !errors.Is(cerr, ErrLeaseLost) {
 			cerr = fmt.Errorf("%w: %w", ErrStoreUnavailable, cerr)
 		}
@@ -526,10 +545,38 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 // release gives up a claim so that the next attempt runs again. Failures are
 // logged: the claim then lasts until its lease expires.
 func (g *Guard) release(ctx context.Context, id, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	if err := g.store.Release(rctx, id, owner); err != nil && !errors.Is(err, ErrLeaseLost) {
+	err := g.bounded(ctx, func(ctx context.Context) error { return g.store.Release(ctx, id, owner) })
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		g.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "id", id, "err", err)
+	}
+}
+
+// errWriteTimeout reports a store write that did not answer within the
+// Guard's write timeout.
+var errWriteTimeout = errors.New("idem: the store did not answer within the write timeout")
+
+// bounded runs a store write detached from ctx's cancellation and waits for
+// it at most the write timeout (WithWriteTimeout). The call gets a context
+// with that deadline, but a Redis client may ignore it (go-redis does unless
+// ContextTimeoutEnabled is set): then the call is left to finish on its own,
+// within the client's own timeouts, and bounded reports errWriteTimeout.
+func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.write)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- f(wctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-wctx.Done():
+		select {
+		case err := <-done: // answered at the deadline
+			return err
+		default:
+			return errWriteTimeout
+		}
 	}
 }
 

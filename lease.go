@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -36,8 +37,7 @@ func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Ti
 // heartbeat renews the lease now and every lease/3 after, until quit is
 // closed or the lease is lost; see holdLease.
 func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, quit <-chan struct{}, id, owner string, claimed time.Time) {
-	margin := g.lease / 10
-	valid := claimed.Add(g.lease - margin)
+	valid := g.leaseEnd(claimed)
 	expire := time.NewTimer(time.Until(valid))
 	beat := time.NewTimer(0)
 	defer expire.Stop()
@@ -72,8 +72,14 @@ func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, q
 		case err := <-inflight:
 			inflight = nil
 			switch {
+			case !time.Now().Before(valid):
+				// The reply came after the lease it was to extend had
+				// run out here: another attempt may have taken over.
+				g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
+				cancel(ErrLeaseLost)
+				return
 			case err == nil:
-				valid = sent.Add(g.lease - margin)
+				valid = g.leaseEnd(sent)
 				expire.Reset(time.Until(valid))
 				beat.Reset(time.Until(sent.Add(g.lease / 3)))
 			case errors.Is(err, ErrLeaseLost):
@@ -88,12 +94,62 @@ func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, q
 	}
 }
 
-// renew renews a lease whose claim took long to answer, so that the holder
-// measures its lease from now rather than from the claim. It returns the
-// time the renewal was sent.
+// leaseEnd returns the moment until which a lease taken or renewed by a
+// command sent at sent is the holder's, by the holder's own clock: Redis
+// starts the lease when the command arrives, never before it was sent, and a
+// tenth of the lease is kept as a margin against clock drift.
+func (g *Guard) leaseEnd(sent time.Time) time.Time { return sent.Add(g.lease - g.lease/10) }
+
+// confirmLease decides whether fn may start on a claim sent at claimed, and
+// returns the moment its lease is measured from. A claim that answered
+// within lease/3 is confirmed as it is. A later one (a slow server, or a
+// claim re-sent after a lost reply) is renewed first, so that fn starts
+// with most of a lease; a claim or renewal whose reply came after the end
+// of the lease it set is lost, whatever it says, since another attempt may
+// hold the key by then. A lost or unrenewable claim is released and fn does
+// not run: the error wraps ErrStoreUnavailable (and ErrLeaseLost when the
+// reply came too late).
+func (g *Guard) confirmLease(ctx context.Context, id, owner string, claimed time.Time) (time.Time, error) {
+	late := time.Since(claimed)
+	if late <= g.lease/3 {
+		return claimed, nil
+	}
+	if time.Now().Before(g.leaseEnd(claimed)) {
+		sent, err := g.renew(ctx, id, owner)
+		switch {
+		case err == nil && time.Now().Before(g.leaseEnd(sent)):
+			return sent, nil
+		case err == nil || errors.Is(err, errRenewTimeout):
+			err = ErrLeaseLost
+		}
+		g.release(ctx, id, owner)
+		return time.Time{}, fmt.Errorf("%w: the claim answered after %v and its lease could not be renewed in time: %w",
+			ErrStoreUnavailable, late.Round(time.Millisecond), err)
+	}
+	g.release(ctx, id, owner)
+	return time.Time{}, fmt.Errorf("%w: the claim answered after %v, past the end of its %v lease: %w",
+		ErrStoreUnavailable, late.Round(time.Millisecond), g.lease, ErrLeaseLost)
+}
+
+// errRenewTimeout reports a renewal that did not answer before the end of
+// the lease it would set.
+var errRenewTimeout = errors.New("idem: the renewal did not answer before the end of its lease")
+
+// renew renews a lease and returns the time the renewal was sent. It waits
+// for the reply no longer than the lease the renewal sets would last, also
+// when the Redis client ignores context deadlines.
 func (g *Guard) renew(ctx context.Context, id, owner string) (time.Time, error) {
 	sent := time.Now()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.lease-g.lease/10)
-	defer cancel()
-	return sent, g.store.Heartbeat(rctx, id, owner, g.lease)
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), g.leaseEnd(sent))
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- g.store.Heartbeat(rctx, id, owner, g.lease)
+	}()
+	select {
+	case err := <-done:
+		return sent, err
+	case <-rctx.Done():
+		return sent, errRenewTimeout
+	}
 }

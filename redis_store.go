@@ -166,7 +166,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 	res, err := parseClaim(v, c.Fingerprint)
 	if err == nil && res.Status == Claimed && s.replicas > 0 {
 		if err = s.waitReplicas(ctx, keys[0]); err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
 			defer cancel()
 			_ = s.Release(rctx, id, c.Owner)
 		}

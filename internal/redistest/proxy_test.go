@@ -1,0 +1,43 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// TestProxyDelaysReplies: a delayed reply arrives late although the server
+// executed the command on time; other commands pass undelayed.
+func TestProxyDelaysReplies(t *testing.T) {
+	ctx := context.Background()
+	s := Shared(t)
+	key := Prefix(t) + ":k"
+	p := StartProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Ping(ctx).Err())
+
+	delayed := p.DelayReplies(MatchCommand("SET"), 300*time.Millisecond, 1)
+	watch := s.Client(t)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.Set(ctx, key, "v", 0).Err() }()
+	require.Eventually(t, func() bool { return watch.Get(ctx, key).Val() == "v" }, 2*time.Second, 5*time.Millisecond,
+		"the server ran the SET before its reply came back")
+	require.NoError(t, <-done)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	require.Equal(t, 1, delayed())
+
+	start = time.Now()
+	require.NoError(t, c.Set(ctx, key, "w", 0).Err())
+	require.Less(t, time.Since(start), 250*time.Millisecond, "the rule delays one reply only")
+
+	p.SetDelay(0, 200*time.Millisecond)
+	start = time.Now()
+	require.Equal(t, "w", c.Get(ctx, key).Val())
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	p.SetDelay(0, 0)
+}
