@@ -583,8 +583,11 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // storeError wraps a store failure as ErrStoreUnavailable, unless it was the
 // caller's own context that ended.
 func (g *Guard) storeError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return fmt.Errorf("idem: %w", context.Cause(ctx))
+	case errors.Is(err, ErrStoreUnavailable):
+		return err
 	}
 	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 }

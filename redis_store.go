@@ -76,11 +76,20 @@ func WithPrefix(p string) RedisOption {
 	}
 }
 
-// WithReplicaAck makes every claim and completion wait, with Redis WAIT,
-// until n replicas acknowledged it, for at most timeout. It narrows the
-// window in which a failover to an asynchronous replica can lose a claim or
-// a result, at the cost of one more round trip. A write that too few replicas
-// acknowledged in time is reported as a store failure. The default, n = 0,
+// WithReplicaAck makes every claim, renewal, checkpoint and completion wait,
+// with Redis WAIT, until n replicas acknowledged it, for at most timeout;
+// and a replay (or a waiter's wake-up) is handed out only once n replicas
+// hold the completed record. WAIT is pipelined behind the script on the same
+// connection, so it costs no extra round trip but the replicas' own delay.
+// A write that too few replicas acknowledged in time is a store failure:
+// a claim is released and fn does not run (ErrStoreUnavailable), a
+// completion is ErrNotRecorded, a renewal does not count.
+//
+// It closes the window in which a failover to an asynchronous replica
+// loses a claim or a result, provided the replica promoted is one that
+// acknowledged: with n of m replicas, Redis Sentinel promotes the most
+// up-to-date one; a manual promotion of a lagging replica can still lose a
+// claim. Keep timeout below the client's ReadTimeout. The default, n = 0,
 // does not wait.
 func WithReplicaAck(n int, timeout time.Duration) RedisOption {
 	return func(s *RedisStore) {
@@ -125,8 +134,23 @@ func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 // Keys returns the Redis keys of the operation with the given id
 // (Attempt.ID): its record and its lease. They share one hash tag.
 func (s *RedisStore) Keys(id string) (record, lease string) {
+	if s == nil {
+		return "", ""
+	}
 	k := s.keys(id)
 	return k[0], k[1]
+}
+
+// usable returns nil, or why the store cannot work, wrapping
+// ErrStoreUnavailable: a nil *RedisStore, or a client it cannot use.
+func (s *RedisStore) usable() error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("%w: a nil *RedisStore; create one with NewRedisStore", ErrStoreUnavailable)
+	case s.bad != nil:
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, s.bad)
+	}
+	return nil
 }
 
 // unusable reports why the store cannot work with c, or nil.
@@ -155,23 +179,36 @@ func (s *RedisStore) keys(id string) []string {
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
-	if s.bad != nil {
-		return ClaimResult{}, s.bad
+	if err := s.usable(); err != nil {
+		return ClaimResult{}, err
 	}
 	keys := s.keys(id)
-	v, err := claimScript.Run(ctx, s.c, keys, c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL)).Slice()
+	acked := "0"
+	if s.replicas > 0 {
+		acked = "1"
+	}
+	cmd, ackErr := s.eval(ctx, claimScript, keys, c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked)
+	v, err := cmd.Slice()
 	if err != nil {
 		return ClaimResult{}, err
 	}
 	res, err := parseClaim(v, c.Fingerprint)
-	if err == nil && res.Status == Claimed && s.replicas > 0 {
-		if err = s.waitReplicas(ctx, keys[0]); err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
-			defer cancel()
-			_ = s.Release(rctx, id, c.Owner)
-		}
+	if err != nil || ackErr == nil {
+		return res, err
 	}
-	return res, err
+	switch res.Status {
+	case Claimed:
+		// Too few replicas hold the claim: a failover could forget it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
+		defer cancel()
+		_ = s.Release(rctx, id, c.Owner)
+		return ClaimResult{}, ackErr
+	case Completed:
+		// Too few replicas hold the result: a failover could forget it,
+		// so it must not be handed out yet.
+		return ClaimResult{}, ackErr
+	}
+	return res, nil
 }
 
 func parseClaim(v []any, fp string) (ClaimResult, error) {
@@ -217,42 +254,43 @@ func parseClaim(v []any, fp string) (ClaimResult, error) {
 	return res, nil
 }
 
-// Heartbeat implements Store.
+// Heartbeat implements Store. With replica acks, a renewal counts only once
+// acknowledged: a lease renewed on the primary alone may end earlier on the
+// replica that replaces it.
 func (s *RedisStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
-	if s.bad != nil {
-		return s.bad
-	}
-	return owned(heartbeatScript.Run(ctx, s.c, s.keys(id)[1:], owner, ms(lease)).Int64())
-}
-
-// Checkpoint implements Store.
-func (s *RedisStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
-	if s.bad != nil {
-		return s.bad
-	}
-	return owned(checkpointScript.Run(ctx, s.c, s.keys(id)[:1], owner, name, value).Int64())
-}
-
-// Complete implements Store.
-func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
-	if s.bad != nil {
-		return s.bad
-	}
-	keys := s.keys(id)
-	format, payload := s.encodePayload(payload)
-	if err := owned(completeScript.Run(ctx, s.c, keys, owner, payload, ms(retention), format).Int64()); err != nil {
+	if err := s.usable(); err != nil {
 		return err
 	}
-	if s.replicas > 0 {
-		return s.waitReplicas(ctx, keys[0])
-	}
-	return nil
+	cmd, ackErr := s.eval(ctx, heartbeatScript, s.keys(id)[1:], owner, ms(lease))
+	return acked(owned(cmd.Int64()), ackErr)
 }
 
-// Release implements Store.
+// Checkpoint implements Store. With replica acks, a checkpoint counts only
+// once acknowledged.
+func (s *RedisStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	cmd, ackErr := s.eval(ctx, checkpointScript, s.keys(id)[:1], owner, name, value)
+	return acked(owned(cmd.Int64()), ackErr)
+}
+
+// Complete implements Store. With replica acks, a completion counts only
+// once acknowledged.
+func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	format, payload := s.encodePayload(payload)
+	cmd, ackErr := s.eval(ctx, completeScript, s.keys(id), owner, payload, ms(retention), format)
+	return acked(owned(cmd.Int64()), ackErr)
+}
+
+// Release implements Store. A release is never waited for: a release that a
+// failover forgets leaves the key claimed until its lease runs out.
 func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
-	if s.bad != nil {
-		return s.bad
+	if err := s.usable(); err != nil {
+		return err
 	}
 	return owned(releaseScript.Run(ctx, s.c, s.keys(id), owner).Int64())
 }
@@ -260,8 +298,8 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 // Read implements Store. It costs one round trip (a pipeline of three reads
 // on the record's slot).
 func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
-	if s.bad != nil {
-		return nil, s.bad
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	keys := s.keys(id)
 	var get *redis.StringCmd
@@ -294,8 +332,8 @@ func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
 // Servers that do not expose INFO or CONFIG are not checked. On Redis
 // Cluster every master is checked.
 func (s *RedisStore) Check(ctx context.Context) error {
-	if s.bad != nil {
-		return s.bad
+	if err := s.usable(); err != nil {
+		return err
 	}
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
@@ -333,27 +371,59 @@ func infoField(info, name string) string {
 	return ""
 }
 
-// waitReplicas waits for s.replicas acknowledgements of the writes so far on
-// the connection to key's master.
-func (s *RedisStore) waitReplicas(ctx context.Context, key string) error {
-	var c interface {
-		Do(ctx context.Context, args ...any) *redis.Cmd
-	} = s.c
+// eval runs script. With replica acks (WithReplicaAck) it sends WAIT behind
+// the script on the same connection, in one pipeline to the master of the
+// keys' slot, since WAIT counts the writes of its own connection only; a
+// NOSCRIPT reply sends the pair again with EVAL. ackErr reports too few
+// acknowledgements, or a WAIT that failed; the script's own reply is in cmd
+// either way.
+func (s *RedisStore) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, ackErr error) {
+	if s.replicas == 0 {
+		return script.Run(ctx, s.c, keys, args...), nil
+	}
+	var c redis.Cmdable = s.c
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, key)
+		m, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
-			return err
+			cmd = redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd, err
 		}
 		c = m
 	}
-	n, err := c.Do(ctx, "WAIT", s.replicas, s.ackWait.Milliseconds()).Int64()
+	var wait *redis.IntCmd
+	send := func(eval bool) {
+		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = script.Eval(ctx, p, keys, args...)
+			} else {
+				cmd = script.EvalSha(ctx, p, keys, args...)
+			}
+			wait = redis.NewIntCmd(ctx, "wait", s.replicas, s.ackWait.Milliseconds())
+			_ = p.Process(ctx, wait)
+			return nil
+		})
+	}
+	send(false)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		send(true)
+	}
+	n, err := wait.Result()
+	switch {
+	case err != nil:
+		return cmd, fmt.Errorf("idem: waiting for replicas: %w", err)
+	case n < int64(s.replicas):
+		return cmd, fmt.Errorf("idem: %d of %d replicas acknowledged the write within %v", n, s.replicas, s.ackWait)
+	}
+	return cmd, nil
+}
+
+// acked returns err, or else ackErr.
+func acked(err, ackErr error) error {
 	if err != nil {
 		return err
 	}
-	if n < int64(s.replicas) {
-		return fmt.Errorf("idem: %d of %d replicas acknowledged the write within %v", n, s.replicas, s.ackWait)
-	}
-	return nil
+	return ackErr
 }
 
 // owned maps a script's 1/0 reply to nil/ErrLeaseLost.

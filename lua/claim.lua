@@ -11,6 +11,10 @@
 -- ARGV[2]  request fingerprint
 -- ARGV[3]  lease, in milliseconds
 -- ARGV[4]  record TTL for an unfinished record (lease + retention), in milliseconds
+-- ARGV[5]  "1" when the caller waits for replicas (WAIT) behind this script: a completed
+--          record is then touched with a write (its own TTL set again), so that the
+--          WAIT on this connection covers it and a replay is never handed out before
+--          replicas hold the record
 --
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
@@ -24,6 +28,12 @@ local v = redis.call('GET', KEYS[1])
 local fence, cps = 1, ''
 if v then
   if string.byte(v, 1) == 67 then -- 'C'
+    if ARGV[5] == '1' then
+      local ttl = redis.call('PTTL', KEYS[1])
+      if ttl > 0 then
+        redis.call('PEXPIRE', KEYS[1], ttl)
+      end
+    end
     return {2, v}
   end
   local st, f, owner, fp, pos = string.match(v, '^(%u)|(%d+)|([^|]*)|([^|]*)|()')

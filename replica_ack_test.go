@@ -1,0 +1,135 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+// replicated starts a primary with one replica and waits until it synced.
+func replicated(t *testing.T) (primary, replica *redistest.Server) {
+	t.Helper()
+	primary = redistest.Start(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
+	replica = redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	rc := replica.Client(t)
+	require.Eventually(t, func() bool {
+		info, err := rc.Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, 10*time.Second, 20*time.Millisecond, "replica never synced")
+	// Until the replica answers its first acknowledgement request, a WAIT
+	// may time out although the replica is up.
+	one := redis.NewClient(&redis.Options{Addr: primary.Addr(), PoolSize: 1})
+	defer one.Close()
+	require.Eventually(t, func() bool {
+		ctx := context.Background()
+		return one.Set(ctx, "warm", "1", time.Minute).Err() == nil && one.Wait(ctx, 1, 100*time.Millisecond).Val() == 1
+	}, 10*time.Second, 20*time.Millisecond, "replica never acknowledged")
+	return primary, replica
+}
+
+// fifoClient is a client that hands out its oldest idle connection first,
+// with several connections warm: a WAIT sent as a command of its own would
+// almost always land on another connection than the write it should cover.
+func fifoClient(t *testing.T, s *redistest.Server) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolFIFO: true, MinIdleConns: 8, PoolSize: 16})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	for range 16 { // open and return several connections
+		require.NoError(t, c.Ping(ctx).Err())
+	}
+	return c
+}
+
+// TestReplicaAckCoversItsOwnWrite: with the replica frozen, no claim may be
+// reported as acknowledged. WAIT counts the writes of its own connection
+// only: sent on another pooled connection, it answers at once for writes it
+// never saw. (Regression test: WAIT used to be a separate command on
+// whatever connection was free, and fn ran on claims no replica held.)
+func TestReplicaAckCoversItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	primary, replica := replicated(t)
+	c := fifoClient(t, primary)
+	g := idem.New(idem.NewRedisStore(c, idem.WithReplicaAck(1, 100*time.Millisecond)), quiet)
+	ctx := context.Background()
+
+	_, err := idem.Do(ctx, g, "warm", nil, okFn("ok")) // loads the scripts
+	require.NoError(t, err)
+
+	replica.Pause(t)
+	defer replica.Resume(t)
+	var runs atomic.Int32
+	for i := range 8 {
+		_, err := idem.Do(ctx, g, fmt.Sprint("k", i), nil, func(context.Context, *idem.Attempt) (string, error) {
+			runs.Add(1)
+			return "v", nil
+		})
+		require.ErrorIs(t, err, idem.ErrStoreUnavailable, "key %d", i)
+		require.ErrorContains(t, err, "0 of 1 replicas")
+	}
+	require.Zero(t, runs.Load(), "fn ran on a claim that no replica acknowledged")
+}
+
+// TestReplicaAckReplays: a completed record that no replica holds is not
+// handed out as a replay; once the replica has it, the replay is. (Regression
+// test: a replay used to be returned at once, and a failover right after
+// lost a result the caller had been given.)
+func TestReplicaAckReplays(t *testing.T) {
+	t.Parallel()
+	primary, replica := replicated(t)
+	ctx := context.Background()
+	plain := idem.New(idem.NewRedisStore(primary.Client(t)), quiet)
+	acked := idem.New(idem.NewRedisStore(fifoClient(t, primary), idem.WithReplicaAck(1, 100*time.Millisecond)), quiet)
+	_, err := idem.Do(ctx, acked, "warm", nil, okFn("ok"))
+	require.NoError(t, err)
+
+	replica.Pause(t)
+	v, err := idem.Do(ctx, plain, "k", nil, okFn("first")) // completed on the primary only
+	require.NoError(t, err)
+	require.Equal(t, "first", v)
+	for range 4 {
+		_, err = idem.Do(ctx, acked, "k", nil, okFn("second"))
+		require.ErrorIs(t, err, idem.ErrStoreUnavailable, "a replay no replica holds")
+	}
+
+	replica.Resume(t)
+	require.Eventually(t, func() bool {
+		v, err = idem.Do(ctx, acked, "k", nil, okFn("second"))
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, "first", v)
+}
+
+// TestReplicaAckRenewals: with the replica frozen while fn runs, renewals
+// are not acknowledged and do not count: fn's context is cancelled with
+// ErrLeaseLost by the end of the lease, since a failover would bring back
+// the lease as it was before the renewals.
+func TestReplicaAckRenewals(t *testing.T) {
+	t.Parallel()
+	primary, replica := replicated(t)
+	const lease = 300 * time.Millisecond
+	g := idem.New(idem.NewRedisStore(primary.Client(t), idem.WithReplicaAck(1, 50*time.Millisecond)), quiet, idem.WithLease(lease))
+	start := time.Now()
+	_, err := idem.Do(context.Background(), g, "k", nil, func(ctx context.Context, a *idem.Attempt) (string, error) {
+		replica.Pause(t)
+		defer replica.Resume(t)
+		select {
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		case <-time.After(5 * time.Second):
+			return "ran on", nil
+		}
+	})
+	require.ErrorIs(t, err, idem.ErrLeaseLost)
+	require.Less(t, time.Since(start), lease+time.Second)
+}
