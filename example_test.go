@@ -113,3 +113,49 @@ func ExampleAttempt_Checkpoint() {
 	// Output:
 	// ch_123 <nil>
 }
+
+// A consumer whose effect publishes messages: Do, keyed by the incoming
+// message id, runs the effect once and stores the outputs, which are
+// published after it. A redelivery (the publish failed, or the broker
+// redelivered an acknowledged message) publishes the same outputs, with the
+// same ids, without running the effect again; downstream consumers
+// deduplicate by id. Once alone would mark the message done after the effect
+// and lose outputs whose publish failed.
+func ExampleDo_consumerThatPublishes() {
+	g, stop := newExampleGuard()
+	defer stop()
+	ctx := context.Background()
+
+	type Out struct{ ID, Body string }
+	failures := 1
+	publish := func(m Out) error {
+		if failures > 0 {
+			failures--
+			return errors.New("broker unavailable")
+		}
+		fmt.Println("published", m.Body)
+		return nil
+	}
+	consume := func(msgID, order string) error {
+		outs, err := idem.Do(ctx, g, msgID, order, func(ctx context.Context, a *idem.Attempt) ([]Out, error) {
+			fmt.Println("charging", order) // the effect
+			return []Out{{ID: a.ID + "-charged", Body: "charged " + order}}, nil
+		})
+		if err != nil {
+			return err // not acknowledged: redelivered
+		}
+		for _, m := range outs {
+			if err := publish(m); err != nil {
+				return err // not acknowledged: the redelivery publishes the same message
+			}
+		}
+		return nil // acknowledged
+	}
+	for consume("msg-7", "order 42") != nil {
+		fmt.Println("redelivered")
+	}
+	// Output:
+	// charging order 42
+	// redelivered
+	// published charged order 42
+}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 )
 
@@ -99,6 +100,7 @@ type Guard struct {
 	wait      time.Duration
 	write     time.Duration // bound of complete and release
 	log       *slog.Logger
+	nilStore  string // names the nil Store New was given
 }
 
 // Option configures a Guard.
@@ -174,7 +176,9 @@ func (g *Guard) defaultWait() time.Duration {
 	return g.wait
 }
 
-// New returns a Guard over store. It does no I/O.
+// New returns a Guard over store. It does no I/O. A nil store, or a nil
+// pointer of a Store type, makes every operation fail with
+// ErrStoreUnavailable.
 func New(store Store, opts ...Option) *Guard {
 	g := &Guard{
 		store:     store,
@@ -183,12 +187,28 @@ func New(store Store, opts ...Option) *Guard {
 		write:     defaultWriteTimeout,
 		log:       slog.Default(),
 	}
+	if nilStore(store) {
+		g.store, g.nilStore = nil, fmt.Sprintf(" (New got a nil %T)", store)
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(g)
 		}
 	}
 	return g
+}
+
+// nilStore reports whether s is nil or a nil pointer, map, func, channel or
+// slice of a type implementing Store, whose methods would panic.
+func nilStore(s Store) bool {
+	if s == nil {
+		return false // New(nil): no store, said as it is
+	}
+	switch v := reflect.ValueOf(s); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Do runs fn at most once for key, across every process sharing g's store,
@@ -202,7 +222,11 @@ func New(store Store, opts ...Option) *Guard {
 // What a caller gets:
 //   - First caller: fn runs with a lease on key, renewed while it runs.
 //     Its value is stored as JSON (a []byte or string as is) and returned.
-//   - Repeat after completion: the stored value, decoded into T; fn does not run.
+//   - Repeat after completion: the stored value, decoded into T from JSON;
+//     fn does not run. The repeat gets what JSON carries: unexported fields
+//     come back zero, numbers inside an any come back as float64, a
+//     time.Time keeps its instant but not its monotonic reading. A []byte or
+//     string (also inside Do[any]) comes back as it was.
 //   - Concurrent duplicate: *InProgressError (ErrInProgress), or, with
 //     WithWait, the first caller's result once stored.
 //   - fn returns an error: the claim is released and the error returned; the
@@ -210,14 +234,24 @@ func New(store Store, opts ...Option) *Guard {
 //     checkpoints of this attempt. An error wrapped by Permanent is stored
 //     instead, and every repeat gets an error with the same message that
 //     satisfies errors.Is(err, ErrPermanent).
-//   - fn panics: the claim is released and the panic continues.
+//   - fn panics, or calls runtime.Goexit (t.FailNow in a test): the claim is
+//     released and the panic (or the Goexit) continues.
+//   - The caller's context ends while fn runs: fn's context is cancelled
+//     too, but the lease is held until fn returns and its result is still
+//     stored (completion runs detached, bounded by WithWriteTimeout), so
+//     that a retry finds it.
 //   - The holder's lease is lost (it froze longer than the lease and another
-//     attempt took over): fn's context is cancelled with cause ErrLeaseLost,
-//     and its result is not stored.
-//   - The store fails before fn runs: ErrStoreUnavailable, fn not run. The
-//     store fails after fn ran: fn's value with ErrNotRecorded joined with the
-//     cause; the claim stays until its lease expires, and the next attempt sees
-//     Fence+1 and the checkpoints.
+//     attempt took over, or Redis did not answer a renewal before the lease
+//     ran out): fn's context is cancelled with cause ErrLeaseLost, and its
+//     result is not stored.
+//   - The store fails before fn runs, or answers a claim too late to trust
+//     its lease: ErrStoreUnavailable, fn not run. The store fails after fn
+//     ran: fn's value with ErrNotRecorded joined with the cause; the claim
+//     stays until its lease expires, and the next attempt sees Fence+1 and
+//     the checkpoints. A completion that did not answer within the write
+//     timeout may have been stored or not: a repeat tells.
+//   - T is a type JSON can never encode (a chan, a func, a struct with
+//     such a field): an error before the claim; fn does not run.
 //
 // In steady state a fresh key costs two round trips to the store (claim and
 // complete) and a replay one.
@@ -225,6 +259,9 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 	var zero T
 	if fn == nil {
 		return zero, errors.New("idem: Do with a nil function")
+	}
+	if err := resultType(reflect.TypeFor[T]()); err != nil {
+		return zero, err
 	}
 	fp, err := requestFingerprint(req)
 	if err != nil {
@@ -248,7 +285,7 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 		case []byte:
 			return append([]byte{payloadBytes}, raw...), true, nil
 		case string:
-			return append([]byte{payloadBytes}, raw...), true, nil
+			return append([]byte{payloadString}, raw...), true, nil
 		}
 		b, merr := json.Marshal(v)
 		if merr != nil {
@@ -319,9 +356,10 @@ const (
 
 // Payload tags for results stored by Do and Once.
 const (
-	payloadValue byte = 'v' // JSON
-	payloadBytes byte = 'b' // a []byte result, stored as is
-	payloadError byte = 'e' // the message of a Permanent error
+	payloadValue  byte = 'v' // JSON
+	payloadBytes  byte = 'b' // a []byte result, stored as is
+	payloadString byte = 's' // a string result, stored as is
+	payloadError  byte = 'e' // the message of a Permanent error
 )
 
 // onceFingerprint is the fingerprint of every Once id: a message id stands
@@ -418,13 +456,20 @@ func decodeResult[T any](payload []byte) (T, error) {
 	switch payload[0] {
 	case payloadError:
 		return v, &permanentError{err: errors.New(string(payload[1:]))}
-	case payloadBytes:
+	case payloadBytes, payloadString:
 		switch p := any(&v).(type) {
 		case *[]byte:
 			*p = payload[1:]
 			return v, nil
 		case *string:
 			*p = string(payload[1:])
+			return v, nil
+		case *any: // Do[any]: the dynamic type fn returned
+			if payload[0] == payloadString {
+				*p = string(payload[1:])
+			} else {
+				*p = payload[1:]
+			}
 			return v, nil
 		}
 		return v, fmt.Errorf("idem: stored result is bytes and does not decode into %T", v)
@@ -452,7 +497,11 @@ func decodeResult[T any](payload []byte) (T, error) {
 // A panic in fn releases the claim and continues.
 func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *Attempt) (payload []byte, keep bool, err error)) (payload []byte, replayed bool, err error) {
 	if g == nil || g.store == nil {
-		return nil, false, fmt.Errorf("%w: the Guard has no store", ErrStoreUnavailable)
+		var why string
+		if g != nil {
+			why = g.nilStore
+		}
+		return nil, false, fmt.Errorf("%w: the Guard has no store%s", ErrStoreUnavailable, why)
 	}
 	if err := validKey(o.key); err != nil {
 		return nil, false, err

@@ -424,10 +424,10 @@ func TestBadInput(t *testing.T) {
 	_, err = idem.Do(ctx, (*idem.Guard)(nil), "k", nil, okFn("x"))
 	require.ErrorIs(t, err, idem.ErrStoreUnavailable, "a nil Guard")
 
-	// A result that cannot be stored is recorded as a permanent error, so
-	// the side effect is not repeated.
+	// A result value that turns out not to encode (its type could) is
+	// recorded as a permanent error, so the side effect is not repeated.
 	var calls int
-	fn := func(context.Context, *idem.Attempt) (func(), error) { calls++; return func() {}, nil }
+	fn := func(context.Context, *idem.Attempt) (any, error) { calls++; return func() {}, nil }
 	_, err = idem.Do(ctx, g, "unencodable", nil, fn)
 	require.ErrorIs(t, err, idem.ErrPermanent)
 	_, err = idem.Do(ctx, g, "unencodable", nil, fn)
