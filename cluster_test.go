@@ -292,3 +292,30 @@ func TestClusterDroppedReply(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterReplicaAck: with replica acks, each script and its WAIT go to
+// the master of the operation's slot on one connection. This cluster has no
+// replicas, so every claim is refused as unacknowledged (never misrouted:
+// a script sent to another node would fail with MOVED) and released.
+func TestClusterReplicaAck(t *testing.T) {
+	t.Parallel()
+	b := newClusterBackend(t)
+	s := NewRedisStore(b.client, WithPrefix(b.prefix), WithReplicaAck(1, 20*time.Millisecond))
+	g := New(s, quietLog)
+	ctx := context.Background()
+	slots := map[int]bool{}
+	for i := range 24 {
+		key := fmt.Sprint("ack-", i)
+		_, err := Do(ctx, g, key, nil, func(context.Context, *Attempt) (string, error) {
+			t.Error("fn ran on an unacknowledged claim")
+			return "", nil
+		})
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+		require.ErrorContains(t, err, "0 of 1 replicas")
+		id := opID(key)
+		slots[b.cluster.KeySlot(t, b.recordKey(id))] = true
+		require.Zero(t, b.client.Exists(ctx, b.leaseKey(id)).Val(), "the claim was released")
+		require.Equal(t, int64(1), b.client.Exists(ctx, b.recordKey(id)).Val())
+	}
+	require.Greater(t, len(slots), 12)
+}
