@@ -520,18 +520,18 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 			return nil, false, g.storeError(ctx, err)
 		}
 		switch res.Status {
-		case Completed:
+		case ClaimCompleted:
 			return res.Payload, true, nil
-		case Mismatch:
+		case ClaimMismatch:
 			return nil, false, ErrMismatch
-		case Claimed:
+		case ClaimOK:
 			rctx := ctx
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
 			payload, err := g.run(rctx, o.key, id, owner, sent, res, fn)
 			return payload, false, err
-		case Busy:
+		case ClaimBusy:
 			if !sent.Before(deadline) {
 				return nil, false, &InProgressError{RetryAfter: res.RetryAfter}
 			}

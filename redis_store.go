@@ -2,17 +2,13 @@ package idem
 
 import (
 	"bufio"
-	"bytes"
-	"compress/flate"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,7 +52,10 @@ type RedisStore struct {
 	bad           error // a client the store cannot work with
 }
 
-var _ Store = (*RedisStore)(nil)
+var (
+	_ Store       = (*RedisStore)(nil)
+	_ StoreReader = (*RedisStore)(nil)
+)
 
 // RedisOption configures a RedisStore.
 type RedisOption func(*RedisStore)
@@ -192,64 +191,21 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	res, err := parseClaim(v, c.Fingerprint)
+	res, err := parseClaim(v)
 	if err != nil || ackErr == nil {
 		return res, err
 	}
 	switch res.Status {
-	case Claimed:
+	case ClaimOK:
 		// Too few replicas hold the claim: a failover could forget it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
 		defer cancel()
 		_ = s.Release(rctx, id, c.Owner)
 		return ClaimResult{}, ackErr
-	case Completed:
+	case ClaimCompleted:
 		// Too few replicas hold the result: a failover could forget it,
 		// so it must not be handed out yet.
 		return ClaimResult{}, ackErr
-	}
-	return res, nil
-}
-
-func parseClaim(v []any, fp string) (ClaimResult, error) {
-	if len(v) == 0 {
-		return ClaimResult{}, errors.New("idem: empty claim reply")
-	}
-	status, _ := v[0].(int64)
-	res := ClaimResult{Status: ClaimStatus(status)}
-	switch {
-	case res.Status == Claimed && len(v) == 3:
-		res.Fence, _ = v[1].(int64)
-		cps, _ := v[2].(string)
-		var err error
-		if res.Checkpoints, err = decodeCheckpoints(cps); err != nil {
-			return ClaimResult{}, err
-		}
-	case res.Status == Completed && len(v) == 2:
-		rec, _ := v[1].(string)
-		// The hot path of replays: no more parsing than the fingerprint
-		// and the payload need.
-		var f [4]string
-		for i := range f {
-			j := strings.IndexByte(rec, '|')
-			if j < 0 {
-				return ClaimResult{}, errors.New("idem: unreadable record: too few fields")
-			}
-			f[i], rec = rec[:j], rec[j+1:]
-		}
-		if f[3] != fp {
-			return ClaimResult{Status: Mismatch}, nil
-		}
-		var err error
-		if res.Payload, err = decodePayload(rec); err != nil {
-			return ClaimResult{}, err
-		}
-	case res.Status == Busy && len(v) == 2:
-		ttl, _ := v[1].(int64)
-		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
-	case res.Status == Mismatch:
-	default:
-		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
 	}
 	return res, nil
 }
@@ -439,113 +395,3 @@ func owned(n int64, err error) error {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// decodeRecord parses a stored record: STATE|FENCE|OWNER|FINGERPRINT|BODY
-// (see lua/claim.lua).
-func decodeRecord(v string) (*Record, error) {
-	bad := func(why string) error { return fmt.Errorf("idem: unreadable record: %s", why) }
-	f := strings.SplitN(v, "|", 5)
-	if len(f) != 5 {
-		return nil, bad("too few fields")
-	}
-	r := &Record{Owner: f[2], Fingerprint: f[3]}
-	var err error
-	if r.Fence, err = strconv.ParseInt(f[1], 10, 64); err != nil || r.Fence < 1 {
-		return nil, bad("fence " + strconv.Quote(f[1]))
-	}
-	switch f[0] {
-	case "P":
-		r.State = StateInProgress
-		if r.Checkpoints, err = decodeCheckpoints(f[4]); err != nil {
-			return nil, err
-		}
-	case "C":
-		r.State = StateCompleted
-		if r.Payload, err = decodePayload(f[4]); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, bad("state " + strconv.Quote(f[0]))
-	}
-	return r, nil
-}
-
-// decodeCheckpoints parses checkpoints stored as netstring pairs:
-// LEN:NAME LEN:VALUE ... with later names replacing earlier ones.
-func decodeCheckpoints(s string) (map[string][]byte, error) {
-	if s == "" {
-		return nil, nil
-	}
-	m := make(map[string][]byte)
-	next := func() (string, error) {
-		n, rest, ok := strings.Cut(s, ":")
-		l, err := strconv.Atoi(n)
-		if !ok || err != nil || l < 0 || l > len(rest) {
-			return "", errors.New("idem: unreadable checkpoints")
-		}
-		s = rest[l:]
-		return rest[:l], nil
-	}
-	for s != "" {
-		name, err := next()
-		if err != nil {
-			return nil, err
-		}
-		value, err := next()
-		if err != nil {
-			return nil, err
-		}
-		m[name] = []byte(value)
-	}
-	return m, nil
-}
-
-// Payload formats: the byte stored before a completed record's payload.
-const (
-	formatRaw     = "="
-	formatDeflate = "z"
-)
-
-var deflaters = sync.Pool{New: func() any {
-	w, _ := flate.NewWriter(nil, flate.BestSpeed)
-	return w
-}}
-
-// encodePayload returns the payload to store and its format: deflated when
-// it is at least s.compressAbove bytes and deflating makes it smaller.
-func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
-	if s.compressAbove <= 0 || len(p) < s.compressAbove {
-		return formatRaw, p
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(p) / 2)
-	w := deflaters.Get().(*flate.Writer)
-	defer deflaters.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
-		return formatRaw, p
-	}
-	return formatDeflate, buf.Bytes()
-}
-
-// maxInflated bounds a decompressed payload, against a corrupted record.
-const maxInflated = 64 << 20
-
-// decodePayload undoes encodePayload.
-func decodePayload(v string) ([]byte, error) {
-	if v == "" {
-		return nil, errors.New("idem: unreadable record: no payload format")
-	}
-	switch v[:1] {
-	case formatRaw:
-		return []byte(v[1:]), nil
-	case formatDeflate:
-		r := flate.NewReader(strings.NewReader(v[1:]))
-		defer r.Close()
-		p, err := io.ReadAll(io.LimitReader(r, maxInflated+1))
-		if err != nil || len(p) > maxInflated {
-			return nil, fmt.Errorf("idem: unreadable record: bad compressed payload: %v", err)
-		}
-		return p, nil
-	}
-	return nil, fmt.Errorf("idem: unreadable record: payload format %q", v[:1])
-}

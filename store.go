@@ -17,13 +17,16 @@ import (
 // Methods return ErrLeaseLost when the caller does not own the record; any
 // other error means the store could not be reached or failed, and the engine
 // reports it as ErrStoreUnavailable.
+//
+// A store that can also read records back implements StoreReader; package
+// idemtest then checks what it stored.
 type Store interface {
 	// Claim claims the operation for c.Owner, or reports why not: the
 	// record is completed (its payload), busy (another owner's live lease),
 	// or holds another fingerprint. A claim of an absent record starts at
 	// fence 1; taking over an unfinished record whose lease is gone adds one
 	// to its fence and keeps its checkpoints. A claim by the record's own
-	// owner reports Claimed again.
+	// owner reports ClaimOK again.
 	Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error)
 
 	// Heartbeat renews owner's lease for another lease.
@@ -39,7 +42,11 @@ type Store interface {
 	// Release drops owner's lease, keeping the record's fence, checkpoints
 	// and TTL, so that the next claim takes over.
 	Release(ctx context.Context, id, owner string) error
+}
 
+// StoreReader is implemented by stores that can read a record back, for
+// tests and operators; the engine never reads a record apart from a claim.
+type StoreReader interface {
 	// Read returns the record, or nil when there is none.
 	Read(ctx context.Context, id string) (*Record, error)
 }
@@ -57,22 +64,32 @@ type ClaimStatus int
 
 // Outcomes of a claim.
 const (
-	Claimed   ClaimStatus = iota + 1 // the caller owns the operation
-	Completed                        // the operation is completed: replay Payload
-	Busy                             // another owner holds a live lease for RetryAfter
-	Mismatch                         // the record holds another fingerprint
+	ClaimOK        ClaimStatus = iota + 1 // the caller owns the operation
+	ClaimCompleted                        // the operation is completed: replay Payload
+	ClaimBusy                             // another owner holds a live lease for RetryAfter
+	ClaimMismatch                         // the record holds another fingerprint
+)
+
+// Former names of the claim outcomes.
+//
+// Deprecated: use ClaimOK, ClaimCompleted, ClaimBusy and ClaimMismatch.
+const (
+	Claimed   = ClaimOK
+	Completed = ClaimCompleted
+	Busy      = ClaimBusy
+	Mismatch  = ClaimMismatch
 )
 
 // String returns the outcome's name.
 func (s ClaimStatus) String() string {
 	switch s {
-	case Claimed:
+	case ClaimOK:
 		return "claimed"
-	case Completed:
+	case ClaimCompleted:
 		return "completed"
-	case Busy:
+	case ClaimBusy:
 		return "busy"
-	case Mismatch:
+	case ClaimMismatch:
 		return "mismatch"
 	}
 	return "unknown"
@@ -82,10 +99,10 @@ func (s ClaimStatus) String() string {
 // are set.
 type ClaimResult struct {
 	Status      ClaimStatus
-	Fence       int64             // Claimed: the attempt's fence
-	Checkpoints map[string][]byte // Claimed: checkpoints of earlier attempts
-	Payload     []byte            // Completed: the stored payload
-	RetryAfter  time.Duration     // Busy: remaining time of the holder's lease
+	Fence       int64             // ClaimOK: the attempt's fence
+	Checkpoints map[string][]byte // ClaimOK: checkpoints of earlier attempts
+	Payload     []byte            // ClaimCompleted: the stored payload
+	RetryAfter  time.Duration     // ClaimBusy: remaining time of the holder's lease
 }
 
 // State is the state of a stored record.
@@ -109,7 +126,7 @@ func (s State) String() string {
 	return "UNKNOWN"
 }
 
-// Record is a stored operation, as returned by Store.Read.
+// Record is a stored operation, as returned by StoreReader.Read.
 type Record struct {
 	State       State
 	Fence       int64
@@ -117,6 +134,7 @@ type Record struct {
 	Fingerprint string
 	Checkpoints map[string][]byte // unfinished records only
 	Payload     []byte            // completed records only
+	Created     time.Time         // the first claim of the record, to the second
 	TTL         time.Duration     // remaining lifetime of the record
 	LeaseTTL    time.Duration     // remaining lease, 0 when there is none
 }

@@ -11,14 +11,17 @@
 //	}
 //
 // Every check is a subtest on ids of its own, so one store may serve them
-// all.
+// all. Each states the sentence of the contract it verifies, and prints it
+// when it fails. Checks that look at what was stored (TTLs, checkpoints as
+// kept) run when the store also implements idem.StoreReader, and skip
+// otherwise.
 package idemtest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -41,42 +44,31 @@ func Run(t *testing.T, h Harness) {
 	if h.Lease <= 0 {
 		h.Lease = 300 * time.Millisecond
 	}
-	for _, c := range checks {
-		t.Run(c.name, func(t *testing.T) {
+	for _, ch := range checks {
+		t.Run(ch.name, func(t *testing.T) {
 			s, advance := h.New(t)
-			c.run(t, env{h.Lease, advance}, s)
+			r, _ := s.(idem.StoreReader)
+			ch.run(&checker{T: t, contract: ch.contract, lease: h.Lease, advance: advance, s: s, r: r})
 		})
 	}
 }
 
-// env is what a check sees of the harness.
-type env struct {
-	Lease   time.Duration
-	Advance func(time.Duration)
+// checker is what a check works with: the store, the harness, and the
+// contract sentence its failures quote.
+type checker struct {
+	*testing.T
+	contract string
+	lease    time.Duration
+	advance  func(time.Duration)
+	s        idem.Store
+	r        idem.StoreReader // nil when the store cannot read records
 }
 
-var checks = []struct {
-	name string
-	run  func(t *testing.T, h env, s idem.Store)
-}{
-	{"ClaimAbsent", claimAbsent},
-	{"ClaimBusy", claimBusy},
-	{"ClaimRepeatedByOwner", claimRepeatedByOwner},
-	{"ClaimMismatch", claimMismatch},
-	{"CompleteAndReplay", completeAndReplay},
-	{"CompleteRepeatedByOwner", completeRepeatedByOwner},
-	{"CompleteByStaleOwner", completeByStaleOwner},
-	{"ReleaseKeepsFenceAndCheckpoints", releaseKeepsFenceAndCheckpoints},
-	{"ReleaseByStranger", releaseByStranger},
-	{"TakeoverAfterLeaseExpiry", takeoverAfterLeaseExpiry},
-	{"Heartbeat", heartbeat},
-	{"CheckpointReplaces", checkpointReplaces},
-	{"CheckpointBinary", checkpointBinary},
-	{"ReadAbsent", readAbsent},
-	{"TTLs", ttls},
+// fail ends the check, quoting the contract it verifies.
+func (c *checker) fail(format string, args ...any) {
+	c.Helper()
+	c.Fatalf("%s\n\tcontract: %s", fmt.Sprintf(format, args...), c.contract)
 }
-
-var ctx = context.Background()
 
 func newID() string {
 	var b [16]byte
@@ -84,213 +76,284 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newToken(t *testing.T) string {
-	t.Helper()
-	return "o" + newID()[:15]
+func newToken() string { return "o" + newID()[:15] }
+
+func (c *checker) req(owner, fp string) idem.ClaimRequest {
+	return idem.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: c.lease, TTL: c.lease + time.Hour}
 }
 
-func req(h env, owner, fp string) idem.ClaimRequest {
-	return idem.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: h.Lease, TTL: h.Lease + time.Hour}
-}
-
-func claim(t *testing.T, s idem.Store, id string, r idem.ClaimRequest, want idem.ClaimStatus) idem.ClaimResult {
-	t.Helper()
-	res, err := s.Claim(ctx, id, r)
+// claim claims id and fails the check unless the outcome is want.
+func (c *checker) claim(id string, r idem.ClaimRequest, want idem.ClaimStatus) idem.ClaimResult {
+	c.Helper()
+	res, err := c.s.Claim(c.Context(), id, r)
 	if err != nil {
-		t.Fatalf("Claim: %v", err)
+		c.fail("Claim: %v", err)
 	}
 	if res.Status != want {
-		t.Fatalf("Claim: status %v, want %v (%+v)", res.Status, want, res)
+		c.fail("Claim: status %v, want %v (%+v)", res.Status, want, res)
 	}
 	return res
 }
 
-func noErr(t *testing.T, what string, err error) {
-	t.Helper()
+func (c *checker) noErr(what string, err error) {
+	c.Helper()
 	if err != nil {
-		t.Fatalf("%s: %v", what, err)
+		c.fail("%s: %v", what, err)
 	}
 }
 
-func leaseLost(t *testing.T, what string, err error) {
-	t.Helper()
+func (c *checker) leaseLost(what string, err error) {
+	c.Helper()
 	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("%s: got %v, want ErrLeaseLost", what, err)
+		c.fail("%s: got %v, want ErrLeaseLost", what, err)
 	}
 }
 
-func claimAbsent(t *testing.T, h env, s idem.Store) {
-	res := claim(t, s, newID(), req(h, newToken(t), "fp"), idem.Claimed)
+// read reads a record back; a store without StoreReader skips the check.
+func (c *checker) read(id string) *idem.Record {
+	c.Helper()
+	if c.r == nil {
+		c.Skip("the store does not implement idem.StoreReader")
+	}
+	r, err := c.r.Read(c.Context(), id)
+	c.noErr("Read", err)
+	return r
+}
+
+var checks = []struct {
+	name, contract string
+	run            func(c *checker)
+}{
+	{"ClaimAbsent", "A claim of an absent record starts at fence 1, without checkpoints.", claimAbsent},
+	{"ClaimBusy", "A claim of a record whose lease another owner holds is busy for the lease's remaining time.", claimBusy},
+	{"ClaimRepeatedByOwner", "A claim re-sent by the record's own owner reports ClaimOK again, at the same fence.", claimRepeatedByOwner},
+	{"ClaimMismatch", "A claim with another fingerprint is a mismatch, in progress and completed.", claimMismatch},
+	{"ClaimConcurrent", "Of concurrent claims of one absent record, exactly one gets ClaimOK; the others are busy.", claimConcurrent},
+	{"CompleteAndReplay", "Complete stores the payload byte for byte and drops the lease; a later claim replays it.", completeAndReplay},
+	{"CompleteRepeatedByOwner", "A complete re-sent by its owner succeeds again.", completeRepeatedByOwner},
+	{"CompleteByStaleOwner", "An owner whose record was taken over gets ErrLeaseLost from every method and changes nothing.", completeByStaleOwner},
+	{"ReleaseKeepsFenceAndCheckpoints", "Release frees the key; the next claim gets fence+1 and the checkpoints.", releaseKeepsFenceAndCheckpoints},
+	{"ReleaseByStranger", "Release by anyone but the owner, or of an absent record, is ErrLeaseLost and keeps the lease.", releaseByStranger},
+	{"TakeoverAfterLeaseExpiry", "Once the lease expires, the next claim takes over with fence+1 and the checkpoints.", takeoverAfterLeaseExpiry},
+	{"Heartbeat", "Heartbeat renews the owner's lease for another lease; a stranger's is ErrLeaseLost.", heartbeat},
+	{"CheckpointReplaces", "A checkpoint replaces an earlier value of its name; none is accepted once completed.", checkpointReplaces},
+	{"CheckpointBinary", "Checkpoint names and values are kept byte for byte, whatever bytes they hold.", checkpointBinary},
+	{"ReadAbsent", "Read of an absent record returns nil, without an error.", readAbsent},
+	{"TTLs", "Every key has a TTL: lease + retention while unfinished, the retention once completed.", ttls},
+	{"WritesKeepTTL", "Checkpoint and release keep the record's TTL; they never extend nor drop it.", writesKeepTTL},
+}
+
+func claimAbsent(c *checker) {
+	res := c.claim(newID(), c.req(newToken(), "fp"), idem.ClaimOK)
 	if res.Fence != 1 || len(res.Checkpoints) != 0 {
-		t.Fatalf("first claim: fence %d, checkpoints %v; want 1 and none", res.Fence, res.Checkpoints)
+		c.fail("first claim: fence %d, checkpoints %v; want 1 and none", res.Fence, res.Checkpoints)
 	}
 }
 
-func claimBusy(t *testing.T, h env, s idem.Store) {
+func claimBusy(c *checker) {
 	id := newID()
-	claim(t, s, id, req(h, newToken(t), "fp"), idem.Claimed)
-	res := claim(t, s, id, req(h, newToken(t), "fp"), idem.Busy)
-	if res.RetryAfter <= 0 || res.RetryAfter > h.Lease {
-		t.Fatalf("busy: RetryAfter %v, want in (0, %v]", res.RetryAfter, h.Lease)
+	c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
+	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	if res.RetryAfter <= 0 || res.RetryAfter > c.lease {
+		c.fail("busy: RetryAfter %v, want in (0, %v]", res.RetryAfter, c.lease)
 	}
 }
 
-func claimRepeatedByOwner(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
-	res := claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
-	if res.Fence != 1 {
-		t.Fatalf("re-sent claim: fence %d, want 1", res.Fence)
+func claimRepeatedByOwner(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	if res := c.claim(id, c.req(owner, "fp"), idem.ClaimOK); res.Fence != 1 {
+		c.fail("re-sent claim: fence %d, want 1", res.Fence)
 	}
 }
 
-func claimMismatch(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp1"), idem.Claimed)
-	claim(t, s, id, req(h, newToken(t), "fp2"), idem.Mismatch)
-	noErr(t, "Complete", s.Complete(ctx, id, owner, []byte("done"), time.Hour))
-	claim(t, s, id, req(h, newToken(t), "fp2"), idem.Mismatch)
+func claimMismatch(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp1"), idem.ClaimOK)
+	c.claim(id, c.req(newToken(), "fp2"), idem.ClaimMismatch)
+	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("done"), time.Hour))
+	c.claim(id, c.req(newToken(), "fp2"), idem.ClaimMismatch)
 }
 
-func completeAndReplay(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
+func claimConcurrent(c *checker) {
+	const n = 16
+	id := newID()
+	type result struct {
+		res idem.ClaimResult
+		err error
+	}
+	out := make(chan result, n)
+	for range n {
+		go func() {
+			res, err := c.s.Claim(c.Context(), id, c.req(newToken(), "fp"))
+			out <- result{res, err}
+		}()
+	}
+	won := 0
+	for range n {
+		r := <-out
+		switch {
+		case r.err != nil:
+			c.fail("Claim: %v", r.err)
+		case r.res.Status == idem.ClaimOK:
+			won++
+		case r.res.Status != idem.ClaimBusy:
+			c.fail("Claim: status %v, want claimed or busy", r.res.Status)
+		}
+	}
+	if won != 1 {
+		c.fail("%d of %d concurrent claims won, want 1", won, n)
+	}
+}
+
+func completeAndReplay(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
 	payload := []byte("result|with|bars\x00and\xffbytes")
-	noErr(t, "Complete", s.Complete(ctx, id, owner, payload, time.Hour))
-	res := claim(t, s, id, req(h, newToken(t), "fp"), idem.Completed)
-	if string(res.Payload) != string(payload) {
-		t.Fatalf("replay payload %q, want %q", res.Payload, payload)
+	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, payload, time.Hour))
+	if res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimCompleted); string(res.Payload) != string(payload) {
+		c.fail("replay payload %q, want %q", res.Payload, payload)
 	}
-	r, err := s.Read(ctx, id)
-	noErr(t, "Read", err)
-	if r == nil || r.State != idem.StateCompleted || r.LeaseTTL != 0 {
-		t.Fatalf("Read after complete: %+v, want COMPLETED without a lease", r)
+	if r := c.read(id); r == nil || r.State != idem.StateCompleted || r.LeaseTTL != 0 {
+		c.fail("Read after complete: %+v, want COMPLETED without a lease", r)
 	}
 }
 
-func completeRepeatedByOwner(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
-	noErr(t, "Complete", s.Complete(ctx, id, owner, []byte("a"), time.Hour))
-	noErr(t, "re-sent Complete", s.Complete(ctx, id, owner, []byte("a"), time.Hour))
+func completeRepeatedByOwner(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("a"), time.Hour))
+	c.noErr("re-sent Complete", c.s.Complete(c.Context(), id, owner, []byte("a"), time.Hour))
 }
 
-func completeByStaleOwner(t *testing.T, h env, s idem.Store) {
-	id, stale := newID(), newToken(t)
-	claim(t, s, id, req(h, stale, "fp"), idem.Claimed)
-	h.Advance(h.Lease + h.Lease/2)
-	fresh := newToken(t)
-	res := claim(t, s, id, req(h, fresh, "fp"), idem.Claimed)
-	if res.Fence != 2 {
-		t.Fatalf("takeover fence %d, want 2", res.Fence)
+func completeByStaleOwner(c *checker) {
+	ctx := c.Context()
+	id, stale := newID(), newToken()
+	c.claim(id, c.req(stale, "fp"), idem.ClaimOK)
+	c.advance(c.lease + c.lease/2)
+	fresh := newToken()
+	if res := c.claim(id, c.req(fresh, "fp"), idem.ClaimOK); res.Fence != 2 {
+		c.fail("takeover fence %d, want 2", res.Fence)
 	}
-	leaseLost(t, "stale Complete", s.Complete(ctx, id, stale, []byte("stale"), time.Hour))
-	leaseLost(t, "stale Heartbeat", s.Heartbeat(ctx, id, stale, h.Lease))
-	leaseLost(t, "stale Checkpoint", s.Checkpoint(ctx, id, stale, "n", []byte("v")))
-	leaseLost(t, "stale Release", s.Release(ctx, id, stale))
-	noErr(t, "Complete", s.Complete(ctx, id, fresh, []byte("fresh"), time.Hour))
-	res = claim(t, s, id, req(h, newToken(t), "fp"), idem.Completed)
-	if string(res.Payload) != "fresh" {
-		t.Fatalf("replay %q, want the taking-over owner's result", res.Payload)
+	c.leaseLost("stale Complete", c.s.Complete(ctx, id, stale, []byte("stale"), time.Hour))
+	c.leaseLost("stale Heartbeat", c.s.Heartbeat(ctx, id, stale, c.lease))
+	c.leaseLost("stale Checkpoint", c.s.Checkpoint(ctx, id, stale, "n", []byte("v")))
+	c.leaseLost("stale Release", c.s.Release(ctx, id, stale))
+	c.noErr("Complete", c.s.Complete(ctx, id, fresh, []byte("fresh"), time.Hour))
+	if res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimCompleted); string(res.Payload) != "fresh" {
+		c.fail("replay %q, want the taking-over owner's result", res.Payload)
 	}
 }
 
-func releaseKeepsFenceAndCheckpoints(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
-	noErr(t, "Checkpoint", s.Checkpoint(ctx, id, owner, "charge", []byte("ch_1")))
-	noErr(t, "Release", s.Release(ctx, id, owner))
-	noErr(t, "re-sent Release", s.Release(ctx, id, owner))
-	res := claim(t, s, id, req(h, newToken(t), "fp"), idem.Claimed)
+func releaseKeepsFenceAndCheckpoints(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, "charge", []byte("ch_1")))
+	c.noErr("Release", c.s.Release(c.Context(), id, owner))
+	c.noErr("re-sent Release", c.s.Release(c.Context(), id, owner))
+	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
 	if res.Fence != 2 || string(res.Checkpoints["charge"]) != "ch_1" {
-		t.Fatalf("claim after release: fence %d, checkpoints %q; want 2 and charge=ch_1", res.Fence, res.Checkpoints)
+		c.fail("claim after release: fence %d, checkpoints %q; want 2 and charge=ch_1", res.Fence, res.Checkpoints)
 	}
 }
 
-func releaseByStranger(t *testing.T, h env, s idem.Store) {
+func releaseByStranger(c *checker) {
 	id := newID()
-	claim(t, s, id, req(h, newToken(t), "fp"), idem.Claimed)
-	leaseLost(t, "stranger Release", s.Release(ctx, id, newToken(t)))
-	claim(t, s, id, req(h, newToken(t), "fp"), idem.Busy)
-	leaseLost(t, "Release of an absent record", s.Release(ctx, newID(), newToken(t)))
+	c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
+	c.leaseLost("stranger Release", c.s.Release(c.Context(), id, newToken()))
+	c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.leaseLost("Release of an absent record", c.s.Release(c.Context(), newID(), newToken()))
 }
 
-func takeoverAfterLeaseExpiry(t *testing.T, h env, s idem.Store) {
-	id, dead := newID(), newToken(t)
-	claim(t, s, id, req(h, dead, "fp"), idem.Claimed)
-	noErr(t, "Checkpoint", s.Checkpoint(ctx, id, dead, "step", []byte("1")))
-	claim(t, s, id, req(h, newToken(t), "fp"), idem.Busy)
-	h.Advance(h.Lease + h.Lease/2)
-	res := claim(t, s, id, req(h, newToken(t), "fp"), idem.Claimed)
+func takeoverAfterLeaseExpiry(c *checker) {
+	id, dead := newID(), newToken()
+	c.claim(id, c.req(dead, "fp"), idem.ClaimOK)
+	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, dead, "step", []byte("1")))
+	c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.advance(c.lease + c.lease/2)
+	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
 	if res.Fence != 2 || string(res.Checkpoints["step"]) != "1" {
-		t.Fatalf("takeover: fence %d, checkpoints %q; want 2 and step=1", res.Fence, res.Checkpoints)
+		c.fail("takeover: fence %d, checkpoints %q; want 2 and step=1", res.Fence, res.Checkpoints)
 	}
 }
 
-func heartbeat(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
+func heartbeat(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
 	for range 3 {
-		h.Advance(h.Lease / 2)
-		noErr(t, "Heartbeat", s.Heartbeat(ctx, id, owner, h.Lease))
+		c.advance(c.lease / 2)
+		c.noErr("Heartbeat", c.s.Heartbeat(c.Context(), id, owner, c.lease))
 	}
 	// 1.5 leases have passed since the claim: only the heartbeat kept it.
-	claim(t, s, id, req(h, newToken(t), "fp"), idem.Busy)
-	leaseLost(t, "stranger Heartbeat", s.Heartbeat(ctx, id, newToken(t), h.Lease))
+	c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.leaseLost("stranger Heartbeat", c.s.Heartbeat(c.Context(), id, newToken(), c.lease))
 }
 
-func checkpointReplaces(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
-	noErr(t, "Checkpoint", s.Checkpoint(ctx, id, owner, "a", []byte("1")))
-	noErr(t, "Checkpoint", s.Checkpoint(ctx, id, owner, "b", []byte("2")))
-	noErr(t, "Checkpoint", s.Checkpoint(ctx, id, owner, "a", []byte("3")))
-	r, err := s.Read(ctx, id)
-	noErr(t, "Read", err)
-	if len(r.Checkpoints) != 2 || string(r.Checkpoints["a"]) != "3" || string(r.Checkpoints["b"]) != "2" {
-		t.Fatalf("checkpoints %q, want a=3 b=2", r.Checkpoints)
+func checkpointReplaces(c *checker) {
+	ctx := c.Context()
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.noErr("Checkpoint", c.s.Checkpoint(ctx, id, owner, "a", []byte("1")))
+	c.noErr("Checkpoint", c.s.Checkpoint(ctx, id, owner, "b", []byte("2")))
+	c.noErr("Checkpoint", c.s.Checkpoint(ctx, id, owner, "a", []byte("3")))
+	c.noErr("Release", c.s.Release(ctx, id, owner))
+	res := c.claim(id, c.req(owner+"x", "fp"), idem.ClaimOK)
+	if cp := res.Checkpoints; len(cp) != 2 || string(cp["a"]) != "3" || string(cp["b"]) != "2" {
+		c.fail("checkpoints %q, want a=3 b=2", cp)
 	}
-	noErr(t, "Complete", s.Complete(ctx, id, owner, nil, time.Hour))
-	leaseLost(t, "Checkpoint after Complete", s.Checkpoint(ctx, id, owner, "c", nil))
+	c.noErr("Complete", c.s.Complete(ctx, id, owner+"x", nil, time.Hour))
+	c.leaseLost("Checkpoint after Complete", c.s.Checkpoint(ctx, id, owner+"x", "c", nil))
 }
 
-func checkpointBinary(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	claim(t, s, id, req(h, owner, "fp"), idem.Claimed)
+func checkpointBinary(c *checker) {
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
 	odd := map[string][]byte{"x:|1": []byte("4:ab|\x00\xff:"), "empty": {}, "12:": []byte("::")}
 	for k, v := range odd {
-		noErr(t, "Checkpoint", s.Checkpoint(ctx, id, owner, k, v))
+		c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, k, v))
 	}
-	noErr(t, "Release", s.Release(ctx, id, owner))
-	res := claim(t, s, id, req(h, newToken(t), "fp"), idem.Claimed)
+	c.noErr("Release", c.s.Release(c.Context(), id, owner))
+	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
 	for k, v := range odd {
 		if string(res.Checkpoints[k]) != string(v) {
-			t.Fatalf("checkpoint %q = %q, want %q", k, res.Checkpoints[k], v)
+			c.fail("checkpoint %q = %q, want %q", k, res.Checkpoints[k], v)
 		}
 	}
 }
 
-func readAbsent(t *testing.T, h env, s idem.Store) {
-	r, err := s.Read(ctx, newID())
-	noErr(t, "Read", err)
-	if r != nil {
-		t.Fatalf("Read of an absent id: %+v, want nil", r)
+func readAbsent(c *checker) {
+	if r := c.read(newID()); r != nil {
+		c.fail("Read of an absent id: %+v, want nil", r)
 	}
 }
 
-func ttls(t *testing.T, h env, s idem.Store) {
-	id, owner := newID(), newToken(t)
-	r := req(h, owner, "fp")
-	claim(t, s, id, r, idem.Claimed)
-	rec, err := s.Read(ctx, id)
-	noErr(t, "Read", err)
-	if rec.TTL <= 0 || rec.TTL > r.TTL || rec.LeaseTTL <= 0 || rec.LeaseTTL > h.Lease {
-		t.Fatalf("in progress: TTL %v (want in (0, %v]), lease TTL %v (want in (0, %v])", rec.TTL, r.TTL, rec.LeaseTTL, h.Lease)
+func ttls(c *checker) {
+	id, owner := newID(), newToken()
+	r := c.req(owner, "fp")
+	c.claim(id, r, idem.ClaimOK)
+	rec := c.read(id)
+	if rec.TTL <= 0 || rec.TTL > r.TTL || rec.LeaseTTL <= 0 || rec.LeaseTTL > c.lease {
+		c.fail("in progress: TTL %v (want in (0, %v]), lease TTL %v (want in (0, %v])", rec.TTL, r.TTL, rec.LeaseTTL, c.lease)
 	}
-	noErr(t, "Complete", s.Complete(ctx, id, owner, []byte("x"), 2*time.Hour))
-	rec, err = s.Read(ctx, id)
-	noErr(t, "Read", err)
-	if rec.TTL <= time.Hour || rec.TTL > 2*time.Hour {
-		t.Fatalf("completed: TTL %v, want the retention, 2h", rec.TTL)
+	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("x"), 2*time.Hour))
+	if rec = c.read(id); rec.TTL <= time.Hour || rec.TTL > 2*time.Hour {
+		c.fail("completed: TTL %v, want the retention, 2h", rec.TTL)
+	}
+}
+
+func writesKeepTTL(c *checker) {
+	id, owner := newID(), newToken()
+	r := c.req(owner, "fp")
+	r.TTL = 10 * time.Hour
+	c.claim(id, r, idem.ClaimOK)
+	first := c.read(id).TTL
+	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, "a", []byte("1")))
+	afterCheckpoint := c.read(id).TTL
+	c.noErr("Release", c.s.Release(c.Context(), id, owner))
+	afterRelease := c.read(id).TTL
+	for _, ttl := range []time.Duration{afterCheckpoint, afterRelease} {
+		if ttl <= 0 || ttl > first || ttl < first-time.Minute {
+			c.fail("TTL %v after a write, want the claim's %v, kept", ttl, first)
+		}
 	}
 }

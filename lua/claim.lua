@@ -1,9 +1,12 @@
 -- claim.lua: claim one operation for an owner, or report why not.
 --
--- Record layout (one string): STATE|FENCE|OWNER|FINGERPRINT|BODY
---   STATE is P (in progress or released) or C (completed). For P, BODY holds the
---   checkpoints as netstrings (LEN:NAME LEN:VALUE ...); for C, the stored payload
---   after a format byte (see complete.lua).
+-- Record layout (one string), format 1 (redis_record.go is its Go side):
+--   1S|FENCE|OWNER|FINGERPRINT|CREATED|BODY
+--   1 is the format version; S is P (in progress or released) or C (completed).
+--   CREATED is the Unix time, in seconds, of the record's first claim. For P, BODY
+--   holds the checkpoints as netstrings (LEN:NAME LEN:VALUE ...); for C, the stored
+--   payload after a format byte (see complete.lua). A record of another format is
+--   refused with an error, never misread.
 --
 -- KEYS[1]  record key
 -- KEYS[2]  lease key
@@ -19,15 +22,27 @@
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
 --                            claim), whose lease is then renewed
---   {2, record}              completed: the whole record; the caller checks its fingerprint
---                            and replays its payload (this is the hot path of replays, so
---                            the script does not parse the record)
+--   {2, record}              completed, same fingerprint: the whole record, unparsed (this
+--                            is the hot path of replays), which the caller replays
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
---   {4}                      mismatch: the record holds another fingerprint
+--   {4}                      mismatch: the record holds another fingerprint (decided here
+--                            only, for every state)
 local v = redis.call('GET', KEYS[1])
-local fence, cps = 1, ''
+local fence, cps, created = 1, '', nil
 if v then
-  if string.byte(v, 1) == 67 then -- 'C'
+  local head = string.sub(v, 1, 2)
+  if head ~= '1C' and head ~= '1P' then
+    return redis.error_reply('idem: record of an unknown format at ' .. KEYS[1])
+  end
+  -- The header only: an anchored match that stops before the body.
+  local f, owner, fp, c, pos = string.match(v, '^1.|(%d+)|([^|]*)|([^|]*)|(%d+)|()')
+  if not f then
+    return redis.error_reply('idem: unreadable record at ' .. KEYS[1])
+  end
+  if fp ~= ARGV[2] then
+    return {4}
+  end
+  if head == '1C' then
     if ARGV[5] == '1' then
       local ttl = redis.call('PTTL', KEYS[1])
       if ttl > 0 then
@@ -36,13 +51,7 @@ if v then
     end
     return {2, v}
   end
-  local st, f, owner, fp, pos = string.match(v, '^(%u)|(%d+)|([^|]*)|([^|]*)|()')
-  if not st then
-    return redis.error_reply('idem: unreadable record at ' .. KEYS[1])
-  end
-  if fp ~= ARGV[2] then
-    return {4}
-  end
+  created = c
   cps = string.sub(v, pos)
   if owner == ARGV[1] then
     -- A re-sent claim. The lease may have expired since the first run of this
@@ -66,5 +75,8 @@ if v then
 elseif not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3]) then
   return {3, math.max(redis.call('PTTL', KEYS[2]), 1)}
 end
-redis.call('SET', KEYS[1], 'P|' .. fence .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. cps, 'PX', ARGV[4])
+if not created then
+  created = redis.call('TIME')[1]
+end
+redis.call('SET', KEYS[1], '1P|' .. fence .. '|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. created .. '|' .. cps, 'PX', ARGV[4])
 return {1, fence, cps}

@@ -14,14 +14,18 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
 end
-local st, f, owner, fp = string.match(v, '^(%u)|(%d+)|([^|]*)|([^|]*)|')
+local st, head = string.match(v, '^1([PC])(|%d+|[^|]*|[^|]*|%d+|)')
+if not st then
+  return redis.error_reply('idem: record of an unknown format at ' .. KEYS[1])
+end
+local owner = string.match(head, '^|%d+|([^|]*)|')
 if owner ~= ARGV[1] then
   return 0
 end
 if st == 'C' then
   return 1
 end
-redis.call('SET', KEYS[1], 'C|' .. f .. '|' .. owner .. '|' .. fp .. '|' .. ARGV[4] .. ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], '1C' .. head .. ARGV[4] .. ARGV[2], 'PX', ARGV[3])
 -- Only a claim writes the lease, together with the record's owner: a lease
 -- that exists while the caller owns the record is the caller's.
 redis.call('DEL', KEYS[2])

@@ -11,7 +11,10 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
 end
-local st, owner = string.match(v, '^(%u)|%d+|([^|]*)|')
+local st, owner = string.match(v, '^1([PC])|%d+|([^|]*)|')
+if not st then
+  return redis.error_reply('idem: record of an unknown format at ' .. KEYS[1])
+end
 if st ~= 'P' or owner ~= ARGV[1] then
   return 0
 end

@@ -1,0 +1,198 @@
+package idem
+
+import (
+	"bytes"
+	"compress/flate"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The record of an operation is one Redis string, in format 1:
+//
+//	1S|FENCE|OWNER|FINGERPRINT|CREATED|BODY
+//
+// 1 is the format version, S the state: P (in progress or released) or C
+// (completed). FENCE is decimal, OWNER the token of the last claim,
+// FINGERPRINT the request's, CREATED the Unix time in seconds of the first
+// claim. BODY holds, for P, the checkpoints as netstring pairs
+// (LEN:NAME LEN:VALUE ...), and for C the stored payload after a format byte
+// (= as is, z deflated). The scripts in lua/ write and match it; this file is
+// its Go side. A later format gets another version, so that records written
+// before a deploy are still read after it; a reader refuses a format it does
+// not know instead of misreading it.
+const recordFormat = "1"
+
+// recordFields are the fields of a stored record, unparsed.
+type recordFields struct {
+	state, fence, owner, fp, created, body string
+}
+
+// splitRecord splits a stored record into its fields, without copying.
+func splitRecord(v string) (recordFields, error) {
+	if len(v) < 2 || v[:1] != recordFormat {
+		return recordFields{}, errors.New("idem: unreadable record: unknown format")
+	}
+	var f [5]string
+	for i := range f {
+		j := strings.IndexByte(v, '|')
+		if j < 0 {
+			return recordFields{}, errors.New("idem: unreadable record: too few fields")
+		}
+		f[i], v = v[:j], v[j+1:]
+	}
+	return recordFields{state: f[0][1:], fence: f[1], owner: f[2], fp: f[3], created: f[4], body: v}, nil
+}
+
+// decodeRecord parses a stored record.
+func decodeRecord(v string) (*Record, error) {
+	bad := func(why string) error { return fmt.Errorf("idem: unreadable record: %s", why) }
+	f, err := splitRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	r := &Record{Owner: f.owner, Fingerprint: f.fp}
+	if r.Fence, err = strconv.ParseInt(f.fence, 10, 64); err != nil || r.Fence < 1 {
+		return nil, bad("fence " + strconv.Quote(f.fence))
+	}
+	created, err := strconv.ParseInt(f.created, 10, 64)
+	if err != nil || created < 0 {
+		return nil, bad("creation time " + strconv.Quote(f.created))
+	}
+	r.Created = time.Unix(created, 0)
+	switch f.state {
+	case "P":
+		r.State = StateInProgress
+		if r.Checkpoints, err = decodeCheckpoints(f.body); err != nil {
+			return nil, err
+		}
+	case "C":
+		r.State = StateCompleted
+		if r.Payload, err = decodePayload(f.body); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, bad("state " + strconv.Quote(f.state))
+	}
+	return r, nil
+}
+
+// parseClaim parses the reply of lua/claim.lua.
+func parseClaim(v []any) (ClaimResult, error) {
+	if len(v) == 0 {
+		return ClaimResult{}, errors.New("idem: empty claim reply")
+	}
+	status, _ := v[0].(int64)
+	res := ClaimResult{Status: ClaimStatus(status)}
+	switch {
+	case res.Status == ClaimOK && len(v) == 3:
+		res.Fence, _ = v[1].(int64)
+		cps, _ := v[2].(string)
+		var err error
+		if res.Checkpoints, err = decodeCheckpoints(cps); err != nil {
+			return ClaimResult{}, err
+		}
+	case res.Status == ClaimCompleted && len(v) == 2:
+		// The hot path of replays: the script matched the fingerprint.
+		rec, _ := v[1].(string)
+		f, err := splitRecord(rec)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		if res.Payload, err = decodePayload(f.body); err != nil {
+			return ClaimResult{}, err
+		}
+	case res.Status == ClaimBusy && len(v) == 2:
+		ttl, _ := v[1].(int64)
+		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
+	case res.Status == ClaimMismatch:
+	default:
+		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
+	}
+	return res, nil
+}
+
+// decodeCheckpoints parses checkpoints stored as netstring pairs:
+// LEN:NAME LEN:VALUE ... with later names replacing earlier ones.
+func decodeCheckpoints(s string) (map[string][]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
+	m := make(map[string][]byte)
+	next := func() (string, error) {
+		n, rest, ok := strings.Cut(s, ":")
+		l, err := strconv.Atoi(n)
+		if !ok || err != nil || l < 0 || l > len(rest) {
+			return "", errors.New("idem: unreadable checkpoints")
+		}
+		s = rest[l:]
+		return rest[:l], nil
+	}
+	for s != "" {
+		name, err := next()
+		if err != nil {
+			return nil, err
+		}
+		value, err := next()
+		if err != nil {
+			return nil, err
+		}
+		m[name] = []byte(value)
+	}
+	return m, nil
+}
+
+// Payload formats: the byte stored before a completed record's payload.
+const (
+	formatRaw     = "="
+	formatDeflate = "z"
+)
+
+var deflaters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(nil, flate.BestSpeed)
+	return w
+}}
+
+// encodePayload returns the payload to store and its format: deflated when
+// it is at least s.compressAbove bytes and deflating makes it smaller.
+func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
+	if s.compressAbove <= 0 || len(p) < s.compressAbove {
+		return formatRaw, p
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(p) / 2)
+	w := deflaters.Get().(*flate.Writer)
+	defer deflaters.Put(w)
+	w.Reset(&buf)
+	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
+		return formatRaw, p
+	}
+	return formatDeflate, buf.Bytes()
+}
+
+// maxInflated bounds a decompressed payload, against a corrupted record.
+const maxInflated = 64 << 20
+
+// decodePayload undoes encodePayload.
+func decodePayload(v string) ([]byte, error) {
+	if v == "" {
+		return nil, errors.New("idem: unreadable record: no payload format")
+	}
+	switch v[:1] {
+	case formatRaw:
+		return []byte(v[1:]), nil
+	case formatDeflate:
+		r := flate.NewReader(strings.NewReader(v[1:]))
+		defer r.Close()
+		p, err := io.ReadAll(io.LimitReader(r, maxInflated+1))
+		if err != nil || len(p) > maxInflated {
+			return nil, fmt.Errorf("idem: unreadable record: bad compressed payload: %v", err)
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("idem: unreadable record: payload format %q", v[:1])
+}

@@ -1,0 +1,150 @@
+package idem
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+// FuzzValidKey checks that key validation never panics and accepts exactly
+// the non-empty printable ASCII keys of at most 255 bytes.
+func FuzzValidKey(f *testing.F) {
+	for _, s := range []string{"", "a", "5f0c6d1e-8a2b-4c47-9a3e-2f1d8b7c6a50", "{tag}:x", "clé", "a\x00b", strings.Repeat("k", 256)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		want := len(key) > 0 && len(key) <= 255
+		for i := 0; i < len(key); i++ {
+			if key[i] < ' ' || key[i] > '~' {
+				want = false
+			}
+		}
+		if got := validKey(key) == nil; got != want {
+			t.Fatalf("validKey(%q) valid = %v, want %v", key, got, want)
+		}
+	})
+}
+
+// FuzzDecodeRecord checks that any stored bytes decode to a record or an
+// error, never a panic, and that checkpoints round-trip.
+func FuzzDecodeRecord(f *testing.F) {
+	for _, s := range []string{
+		"1P|1|owner|fp|1764000000|", "1P|2|o|f|0|1:a1:b", "1C|3|o|f|1|=v{\"x\":1}", "1C|1|o|f|1|=", "1C|1|o|f|1|z\x01\x00",
+		"1C|1|o|f|1|zgarbage", "1P|x|o|f|1|", "1Q|1|o|f|1|", "2P|1|o|f|1|", "1P|1|o|f|-5|", "1P|1|o|f||",
+		"1P|1|o|f|1|9:a", "1P|1|o|f|1|-1:", "1P|1|o|f|1|1:a", "", "|||||", "P|1|o|f|",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		r, err := decodeRecord(v)
+		if err != nil {
+			return
+		}
+		if r.State != StateInProgress && r.State != StateCompleted {
+			t.Fatalf("decoded state %v", r.State)
+		}
+		if r.State == StateInProgress {
+			enc := encodeCheckpoints(r.Checkpoints)
+			back, err := decodeCheckpoints(enc)
+			if err != nil || len(back) != len(r.Checkpoints) {
+				t.Fatalf("checkpoints do not round-trip: %q -> %q (%v)", v, enc, err)
+			}
+		}
+	})
+}
+
+// encodeCheckpoints encodes checkpoints as lua/checkpoint.lua does.
+func encodeCheckpoints(m map[string][]byte) string {
+	var b strings.Builder
+	for k, v := range m {
+		b.WriteString(strconv.Itoa(len(k)) + ":" + k + strconv.Itoa(len(v)) + ":" + string(v))
+	}
+	return b.String()
+}
+
+// TestScriptsAgreeOnLayout runs every script against a real store and reads
+// the raw record after each step: every script writes the documented format
+// 1 layout, keeps the header fields it must keep, and refuses a record of an
+// unknown format instead of misreading it.
+func TestScriptsAgreeOnLayout(t *testing.T) {
+	forEachRawBackend(t, func(t *testing.T, b rawBackend) {
+		{
+			ctx := context.Background()
+			s := NewRedisStore(b.c, WithPrefix(b.prefix), WithCompression(0))
+			rec, lease := s.Keys("id1")
+			raw := func() string { return b.c.Get(ctx, rec).Val() }
+			before := time.Now().Unix()
+			res, err := s.Claim(ctx, "id1", ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, ClaimOK, res.Status)
+			f, err := splitRecord(raw())
+			require.NoError(t, err)
+			created, err := strconv.ParseInt(f.created, 10, 64)
+			require.NoError(t, err)
+			require.InDelta(t, before, created, 2)
+			require.Equal(t, recordFields{state: "P", fence: "1", owner: "own1", fp: "fp", created: f.created}, f)
+
+			require.NoError(t, s.Checkpoint(ctx, "id1", "own1", "charge", []byte("ch|1")))
+			require.Equal(t, "1P|1|own1|fp|"+f.created+"|6:charge4:ch|1", raw())
+
+			require.NoError(t, s.Release(ctx, "id1", "own1"))
+			require.Equal(t, "1P|1|own1|fp|"+f.created+"|6:charge4:ch|1", raw(), "release keeps the record")
+			require.Zero(t, b.c.Exists(ctx, lease).Val())
+
+			res, err = s.Claim(ctx, "id1", ClaimRequest{Owner: "own2", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, int64(2), res.Fence)
+			require.Equal(t, "1P|2|own2|fp|"+f.created+"|6:charge4:ch|1", raw(), "a takeover keeps the creation time and checkpoints")
+
+			require.NoError(t, s.Complete(ctx, "id1", "own2", []byte("result"), time.Hour))
+			require.Equal(t, "1C|2|own2|fp|"+f.created+"|=result", raw())
+			r, err := s.Read(ctx, "id1")
+			require.NoError(t, err)
+			require.Equal(t, StateCompleted, r.State)
+			require.Equal(t, created, r.Created.Unix())
+
+			res, err = s.Claim(ctx, "id1", ClaimRequest{Owner: "own3", Fingerprint: "other", Lease: time.Minute, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Equal(t, ClaimMismatch, res.Status, "the script decides the fingerprint of a completed record too")
+
+			// A record of an unknown format is refused by every script.
+			require.NoError(t, b.c.Set(ctx, rec, "2P|1|own2|fp|1|", time.Hour).Err())
+			_, err = s.Claim(ctx, "id1", ClaimRequest{Owner: "own3", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			require.ErrorContains(t, err, "unknown format")
+			require.ErrorContains(t, s.Checkpoint(ctx, "id1", "own2", "n", nil), "unknown format")
+			require.ErrorContains(t, s.Complete(ctx, "id1", "own2", nil, time.Hour), "unknown format")
+			require.ErrorContains(t, s.Release(ctx, "id1", "own2"), "unknown format")
+			_, err = s.Read(ctx, "id1")
+			require.ErrorContains(t, err, "unknown format")
+		}
+	})
+}
+
+// rawBackend is a Redis and a prefix for tests that read raw keys.
+type rawBackend struct {
+	c      *redis.Client
+	prefix string
+}
+
+// forEachRawBackend runs f on miniredis and on a real redis-server (skipped
+// when redis-server is not installed).
+func forEachRawBackend(t *testing.T, f func(t *testing.T, b rawBackend)) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		f(t, rawBackend{c, "idem"})
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		srv := redistest.Shared(t)
+		f(t, rawBackend{srv.Client(t), redistest.Prefix(t)})
+	})
+}
