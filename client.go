@@ -11,7 +11,6 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -42,8 +41,10 @@ type keyContextKey struct{}
 
 // WithKey returns a copy of ctx carrying key, the idempotency key that a
 // transport made by NewTransport sends with a request made with that context.
-// Use it to keep one key across calls that are retries of one intent (the app
-// restarted, the user pressed Pay again).
+// Use it to keep one key across calls that are retries of one intent: the app
+// restarted, the user pressed Pay again, or a library that retries on its own
+// (go-retryablehttp, resty) calls the transport again. Without it each call
+// gets a new key.
 func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyContextKey{}, key)
 }
@@ -55,18 +56,49 @@ func keyFrom(ctx context.Context) (string, bool) {
 }
 
 // TransportOption configures NewTransport.
-type TransportOption func(*transport)
+type TransportOption func(*transportConfig)
+
+type transportConfig struct {
+	header        string
+	methods       []string
+	attempts      int
+	backoff       time.Duration
+	backoffCap    time.Duration
+	maxRetryAfter time.Duration
+	bare          bool
+	errs          []string
+}
+
+func (c *transportConfig) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
 
 // WithRetryMethods sets the methods the transport gives a key and retries;
 // other requests pass through untouched. The default is POST and PATCH.
+// Methods are upper-cased. No method, or a method that is not an HTTP token
+// (RFC 9110), makes NewTransport panic.
 func WithRetryMethods(methods ...string) TransportOption {
-	return func(t *transport) { t.methods = append([]string(nil), methods...) }
+	return func(c *transportConfig) {
+		if len(methods) == 0 {
+			c.fail("WithRetryMethods with no method")
+		}
+		c.methods = c.methods[:0:0]
+		for _, m := range methods {
+			if !isHTTPToken(m) {
+				c.fail("WithRetryMethods: invalid method %q", m)
+				continue
+			}
+			if m = strings.ToUpper(m); !slices.Contains(c.methods, m) {
+				c.methods = append(c.methods, m)
+			}
+		}
+	}
 }
 
 // WithMaxAttempts sets how many times one request is sent at most, the first
 // time included. The default is 5; values below 1 mean 1 (no retry).
 func WithMaxAttempts(n int) TransportOption {
-	return func(t *transport) { t.attempts = max(n, 1) }
+	return func(c *transportConfig) { c.attempts = max(n, 1) }
 }
 
 // WithBackoff sets the exponential backoff between attempts when the server
@@ -75,25 +107,45 @@ func WithMaxAttempts(n int) TransportOption {
 // and 10s; a base of zero or less keeps the default base, and a limit below
 // the base is raised to it.
 func WithBackoff(base, limit time.Duration) TransportOption {
-	return func(t *transport) {
+	return func(c *transportConfig) {
 		if base > 0 {
-			t.backoff = base
+			c.backoff = base
 		}
-		t.backoffCap = limit
+		c.backoffCap = limit
 	}
 }
 
 // WithMaxRetryAfter sets the longest Retry-After the transport waits for.
-// A response asking for a longer wait is returned to the caller as it is,
-// without a retry. The default is 30s; a negative value means 0.
+// A response asking for a longer wait (however long: a number of seconds too
+// large for any integer type or a date centuries ahead counts) is returned to
+// the caller at once, as it is, without a retry. The default is 30s; a
+// negative value means 0.
 func WithMaxRetryAfter(d time.Duration) TransportOption {
-	return func(t *transport) { t.maxRetryAfter = max(d, 0) }
+	return func(c *transportConfig) { c.maxRetryAfter = max(d, 0) }
 }
 
 // WithTransportKeyHeader sets the request header that carries the key. The
-// default is Idempotency-Key; match the server's WithKeyHeader.
+// default is Idempotency-Key; match the server's WithKeyHeader. A name that is
+// not an HTTP token (empty, with spaces, a colon or non-ASCII bytes) makes
+// NewTransport panic.
 func WithTransportKeyHeader(name string) TransportOption {
-	return func(t *transport) { t.header = http.CanonicalHeaderKey(name) }
+	return func(c *transportConfig) {
+		if !isHTTPToken(name) {
+			c.fail("WithTransportKeyHeader: invalid header name %q", name)
+		}
+		c.header = http.CanonicalHeaderKey(name)
+	}
+}
+
+// WithBareKey makes the transport send the keys it sets (from WithKey or
+// NewKey) bare, as they are, instead of as an RFC 8941 string in double
+// quotes, for third-party APIs that expect a bare key. idem's middleware
+// accepts both forms as the same key. A key that cannot travel bare (one that
+// starts with a double quote, or starts or ends with a space) is refused with
+// ErrInvalidKey; a request's own header is sent as it is either way. The
+// default is quoted, as the IETF draft specifies.
+func WithBareKey() TransportOption {
+	return func(c *transportConfig) { c.bare = true }
 }
 
 const (
@@ -104,19 +156,11 @@ const (
 	// maxBufferedBody is the largest body without GetBody that the transport
 	// buffers to be able to send it again.
 	maxBufferedBody = 1 << 20
-	// maxDrain is how much of a retried response's body is read so that its
-	// connection can be reused.
-	maxDrain = 64 << 10
 )
 
 type transport struct {
-	base          http.RoundTripper
-	header        string
-	methods       []string
-	attempts      int
-	backoff       time.Duration
-	backoffCap    time.Duration
-	maxRetryAfter time.Duration
+	transportConfig
+	base http.RoundTripper
 
 	// Replaced by tests.
 	sleep  func(ctx context.Context, d time.Duration) error
@@ -129,50 +173,69 @@ type transport struct {
 //
 // For a request whose method is configured (WithRetryMethods; default POST
 // and PATCH) it sends the idempotency key: the request's own header if it has
-// one, else the key set by WithKey on the request's context, else a new key
-// made by NewKey for this call. The key is sent as an RFC 8941 string
-// ("quoted"), as the IETF draft specifies. Then it retries, always with the
-// same key, when the attempt fails with a network error or gets 409
-// (in progress), 429 (too many requests) or 503 (unavailable), up to
-// WithMaxAttempts (default 5) attempts:
+// one (sent as it is), else the key set by WithKey on the request's context,
+// else a new key made by NewKey for this call. The key is sent as an RFC 8941
+// string ("quoted"), as the IETF draft specifies, or bare with WithBareKey.
+// The key is on the request each attempt sends and so on the response's
+// Request: resp.Request.Header.Get("Idempotency-Key") tells the caller which
+// key was used. Then it retries, always with the same key, up to
+// WithMaxAttempts (default 5) attempts, when the attempt fails with a network
+// error or gets:
 //
-//   - When the response has Retry-After (seconds or an HTTP date), it waits
-//     that long; when that is longer than WithMaxRetryAfter (default 30s),
-//     it returns the response instead.
-//   - Otherwise it waits a random time up to an exponentially growing limit
-//     (WithBackoff).
-//   - It stops when the request's context ends, returning the context's
-//     error.
+//   - 409 with idem's in-progress problem (application/problem+json whose type
+//     is docs/http.md#in-progress): the first request with this key is still
+//     running. Any other 409 (a handler's own "account frozen") is the
+//     server's final answer and is returned at once, its body intact.
+//   - 429 (too many requests) or 503 (unavailable).
 //
-// The last attempt's response or error is returned. The body is sent again
-// from Request.GetBody (set by http.NewRequest for bytes, strings and their
-// readers); a body without GetBody is buffered in memory when at most 1 MiB,
-// and a larger one is sent only once, without retries. Requests of other
-// methods pass through unchanged. The transport never changes the caller's
-// request.
+// When the response has Retry-After (seconds or an HTTP date), it waits that
+// long; when that is longer than WithMaxRetryAfter (default 30s), it returns
+// the response at once instead. Otherwise it waits a random time up to an
+// exponentially growing limit (WithBackoff). It stops when the request's
+// context ends, returning the context's error. The last attempt's response or
+// error is returned; a response whose base left Body nil gets http.NoBody.
+//
+// Retries outside the transport: a library that retries by calling RoundTrip
+// again (go-retryablehttp, resty, a loop of client.Do) starts a new logical
+// request each time, and without a key of the caller's each one gets a new
+// key, so a first attempt whose answer was lost is run again by the server.
+// A caller that retries on its own must create the key with NewKey when the
+// intent is created and pass it with WithKey on the request's context (or as
+// the request's header) on every attempt; see the example with
+// go-retryablehttp. Reading the key from resp.Request and sending it again
+// works too, but a failed attempt has no response to read it from.
+//
+// The body is sent again from Request.GetBody (set by http.NewRequest for
+// bytes, strings and their readers); a body without GetBody is buffered in
+// memory when at most 1 MiB, and a larger one is sent only once, without
+// retries. Requests of other methods pass through unchanged. The transport
+// never changes the caller's request.
+//
+// NewTransport panics on invalid options (a malformed header name or
+// method); out-of-range numbers and durations are clamped, as each option
+// says.
 func NewTransport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	t := &transport{
-		base:          base,
+	c := transportConfig{
 		header:        DefaultKeyHeader,
 		methods:       []string{http.MethodPost, http.MethodPatch},
 		attempts:      defaultAttempts,
 		backoff:       defaultBackoff,
 		backoffCap:    defaultBackoffCap,
 		maxRetryAfter: defaultMaxRetryAfter,
-		sleep:         sleepCtx,
-		now:           time.Now,
-		jitter:        mrand.Int64N,
 	}
 	for _, o := range opts {
 		if o != nil {
-			o(t)
+			o(&c)
 		}
 	}
-	t.backoffCap = max(t.backoffCap, t.backoff)
-	return t
+	if len(c.errs) > 0 {
+		panic("idem: NewTransport: " + strings.Join(c.errs, "; "))
+	}
+	c.backoffCap = max(c.backoffCap, c.backoff)
+	return &transport{transportConfig: c, base: base, sleep: sleepCtx, now: time.Now, jitter: mrand.Int64N}
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -181,19 +244,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	ctx := req.Context()
-	value := req.Header.Get(t.header)
-	if value == "" {
-		key, ok := keyFrom(ctx)
-		if !ok {
-			key = NewKey()
-		}
-		if err := validKey(key); err != nil {
-			closeBody(req)
-			return nil, err
-		}
-		value = quoteKey(key)
+	value, err := t.keyValue(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
 	}
-
 	getBody, retryable, err := bodySource(req)
 	if err != nil {
 		return nil, err
@@ -215,26 +270,20 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		resp, err := t.base.RoundTrip(r)
+		if resp != nil {
+			if resp.Body == nil {
+				resp.Body = http.NoBody
+			}
+			if resp.Request == nil {
+				resp.Request = r // so that the caller sees the key
+			}
+		}
 		if attempt >= attempts || ctx.Err() != nil {
 			return resp, err
 		}
-		var wait time.Duration
-		if err == nil {
-			if !retryStatus(resp.StatusCode) {
-				return resp, nil
-			}
-			if d, ok := retryAfter(resp.Header.Get("Retry-After"), t.now()); ok {
-				if d > t.maxRetryAfter {
-					return resp, nil
-				}
-				wait = d
-			} else {
-				wait = t.backoffFor(attempt)
-			}
-			_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
-			resp.Body.Close()
-		} else {
-			wait = t.backoffFor(attempt)
+		wait, retry := t.retryWait(resp, err, attempt)
+		if !retry {
+			return resp, nil
 		}
 		if err := t.sleep(ctx, wait); err != nil {
 			return nil, err
@@ -242,38 +291,25 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// backoffFor returns the full-jitter backoff before retry number attempt:
-// uniform in [0, min(cap, base·2^(attempt-1))).
-func (t *transport) backoffFor(attempt int) time.Duration {
-	limit := t.backoffCap
-	if shift := attempt - 1; shift < 32 && t.backoff<<shift < limit && t.backoff<<shift > 0 {
-		limit = t.backoff << shift
+// keyValue returns the header value that carries the request's key.
+func (t *transport) keyValue(req *http.Request) (string, error) {
+	if v := req.Header.Get(t.header); v != "" {
+		return v, nil
 	}
-	if limit <= 0 {
-		return 0
+	key, ok := keyFrom(req.Context())
+	if !ok {
+		key = NewKey()
 	}
-	return time.Duration(t.jitter(int64(limit)))
-}
-
-// retryStatus reports whether a response with this status is retried: the
-// operation is in progress (409), the client is throttled (429) or the
-// server (or its store) is unavailable (503).
-func retryStatus(code int) bool {
-	return code == http.StatusConflict || code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable
-}
-
-// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
+	if err := validKey(key); err != nil {
+		return "", err
 	}
-	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
-		return time.Duration(n) * time.Second, true
+	if !t.bare {
+		return quoteKey(key), nil
 	}
-	if at, err := http.ParseTime(v); err == nil {
-		return max(at.Sub(now), 0), true
+	if key[0] == '"' || key[0] == ' ' || key[len(key)-1] == ' ' {
+		return "", fmt.Errorf("%w: %q cannot be sent bare: it starts with a double quote, or starts or ends with a space", ErrInvalidKey, key)
 	}
-	return 0, false
+	return key, nil
 }
 
 // bodySource returns how to get the request body for every attempt, and
@@ -343,17 +379,14 @@ func quoteKey(key string) string {
 	return b.String()
 }
 
-// sleepCtx sleeps for d or until ctx ends, returning the context's error.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
+// isHTTPToken reports whether s is an HTTP token (RFC 9110, section 5.6.2):
+// the syntax of method and header names.
+func isHTTPToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return s != ""
 }

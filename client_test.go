@@ -85,108 +85,6 @@ func postRequest(t *testing.T, ctx context.Context, body string) *http.Request {
 	return r
 }
 
-func TestTransportRetriesWithTheSameKey(t *testing.T) {
-	base := &scripted{script: []func() (*http.Response, error){
-		status(409, "Retry-After", "2"),
-		netErr,
-		status(429, "Retry-After", clock.Add(3*time.Second).Format(http.TimeFormat)),
-		status(503),
-		status(201),
-	}}
-	tr, slept := testTransport(base, WithBackoff(100*time.Millisecond, time.Second))
-	req := postRequest(t, context.Background(), `{"amount":1}`)
-	resp, err := tr.RoundTrip(req)
-	require.NoError(t, err)
-	require.Equal(t, 201, resp.StatusCode)
-
-	require.Len(t, base.keys, 5)
-	for _, k := range base.keys {
-		require.Equal(t, base.keys[0], k, "never a new key")
-		require.Equal(t, `{"amount":1}`, base.bodies[0], "the body is sent again")
-	}
-	key, err := parseKey(base.keys[0])
-	require.NoError(t, err)
-	require.Regexp(t, `^[0-9a-f-]{36}$`, key)
-	require.Equal(t, []time.Duration{
-		2 * time.Second,          // Retry-After seconds
-		200*time.Millisecond - 1, // backoff after attempt 2: up to base·2
-		3 * time.Second,          // Retry-After date
-		800*time.Millisecond - 1, // backoff after attempt 4: up to base·8
-	}, *slept)
-	require.Empty(t, req.Header.Get("Idempotency-Key"), "the caller's request is not changed")
-}
-
-func TestTransportBackoffIsCapped(t *testing.T) {
-	base := &scripted{script: []func() (*http.Response, error){netErr}}
-	tr, slept := testTransport(base, WithBackoff(100*time.Millisecond, 300*time.Millisecond), WithMaxAttempts(6))
-	_, err := tr.RoundTrip(postRequest(t, context.Background(), ""))
-	require.ErrorContains(t, err, "connection reset")
-	require.Len(t, base.keys, 6)
-	require.Equal(t, []time.Duration{100*time.Millisecond - 1, 200*time.Millisecond - 1, 300*time.Millisecond - 1, 300*time.Millisecond - 1, 300*time.Millisecond - 1}, *slept)
-}
-
-func TestTransportGivesUp(t *testing.T) {
-	t.Run("after max attempts, with the last response", func(t *testing.T) {
-		base := &scripted{script: []func() (*http.Response, error){status(503)}}
-		tr, _ := testTransport(base)
-		resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
-		require.NoError(t, err)
-		require.Equal(t, 503, resp.StatusCode)
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, "Service Unavailable", string(b), "the last body is left to the caller")
-		require.Len(t, base.keys, 5)
-	})
-	t.Run("when Retry-After is above the cap", func(t *testing.T) {
-		base := &scripted{script: []func() (*http.Response, error){status(409, "Retry-After", "31"), status(201)}}
-		tr, slept := testTransport(base)
-		resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
-		require.NoError(t, err)
-		require.Equal(t, 409, resp.StatusCode)
-		require.Len(t, base.keys, 1)
-		require.Empty(t, *slept)
-	})
-	t.Run("when the context ends during an attempt, with its outcome", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		base := &scripted{script: []func() (*http.Response, error){func() (*http.Response, error) {
-			cancel()
-			return status(503)()
-		}}}
-		tr, _ := testTransport(base)
-		resp, err := tr.RoundTrip(postRequest(t, ctx, "x"))
-		require.NoError(t, err)
-		require.Equal(t, 503, resp.StatusCode)
-		require.Len(t, base.keys, 1)
-	})
-	t.Run("when the context ends during a wait, with its error", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		base := &scripted{script: []func() (*http.Response, error){status(503, "Retry-After", "10")}}
-		tr := NewTransport(base).(*transport)
-		sleeping := make(chan struct{})
-		tr.sleep = func(ctx context.Context, d time.Duration) error {
-			close(sleeping)
-			return sleepCtx(ctx, d) // really waits
-		}
-		done := make(chan error)
-		go func() {
-			_, err := tr.RoundTrip(postRequest(t, ctx, "x"))
-			done <- err
-		}()
-		<-sleeping
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
-		require.Len(t, base.keys, 1)
-	})
-	for _, code := range []int{200, 201, 400, 404, 422, 500, 502} {
-		base := &scripted{script: []func() (*http.Response, error){status(code)}}
-		tr, _ := testTransport(base)
-		resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
-		require.NoError(t, err)
-		require.Equal(t, code, resp.StatusCode)
-		require.Len(t, base.keys, 1, "%d is not retried", code)
-	}
-}
-
 func TestTransportKeys(t *testing.T) {
 	ok := []func() (*http.Response, error){status(201)}
 	t.Run("from WithKey, as an RFC 8941 string", func(t *testing.T) {
@@ -303,26 +201,157 @@ func TestTransportBodies(t *testing.T) {
 	})
 }
 
-func TestRetryAfter(t *testing.T) {
-	for v, want := range map[string]time.Duration{
-		"0": 0, "7": 7 * time.Second,
-		clock.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
-		clock.Add(-time.Hour).Format(http.TimeFormat):       0,
-	} {
-		d, ok := retryAfter(v, clock)
-		require.True(t, ok, v)
-		require.Equal(t, want, d, v)
-	}
-	for _, v := range []string{"", "-1", "1.5", "soon", "99999999999"} {
-		_, ok := retryAfter(v, clock)
-		require.False(t, ok, v)
-	}
-}
-
 func TestRetrySeconds(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 29*time.Second + 1: "30",
 	} {
 		require.Equal(t, want, retrySeconds(d), d.String())
 	}
+}
+
+func TestTransportShowsItsKey(t *testing.T) {
+	t.Run("on the request sent and in the response", func(t *testing.T) {
+		base := &scripted{script: []func() (*http.Response, error){status(503), status(201)}}
+		tr, _ := testTransport(base)
+		req := postRequest(t, context.Background(), "x")
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.Equal(t, 201, resp.StatusCode)
+		require.NotNil(t, resp.Request, "a base that leaves Request nil")
+		require.Equal(t, base.keys[0], resp.Request.Header.Get("Idempotency-Key"))
+		require.Equal(t, base.keys[0], base.keys[1])
+		require.Empty(t, req.Header.Get("Idempotency-Key"), "the caller's request is not changed")
+		key, err := parseKey(resp.Request.Header.Get("Idempotency-Key"))
+		require.NoError(t, err)
+
+		// Reused as the header of a later request: the same key, as it is.
+		resp, err = tr.RoundTrip(postRequest(t, WithKey(context.Background(), key), "x"))
+		require.NoError(t, err)
+		require.Equal(t, base.keys[0], base.keys[2])
+		require.Equal(t, base.keys[0], resp.Request.Header.Get("Idempotency-Key"))
+	})
+	t.Run("a base that sets Request keeps it", func(t *testing.T) {
+		var sent *http.Request
+		tr := NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sent = r
+			resp, err := status(201)()
+			resp.Request = r
+			return resp, err
+		}))
+		resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
+		require.NoError(t, err)
+		require.Same(t, sent, resp.Request)
+		require.NotEmpty(t, resp.Request.Header.Get("Idempotency-Key"))
+	})
+	t.Run("the request's own header is kept", func(t *testing.T) {
+		base := &scripted{script: []func() (*http.Response, error){status(503), status(201)}}
+		tr, _ := testTransport(base)
+		r := postRequest(t, context.Background(), "x")
+		r.Header.Set("Idempotency-Key", "mine")
+		resp, err := tr.RoundTrip(r)
+		require.NoError(t, err)
+		require.Equal(t, []string{"mine", "mine"}, base.keys)
+		require.Equal(t, "mine", resp.Request.Header.Get("Idempotency-Key"))
+	})
+}
+
+func TestNewTransportValidates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []TransportOption
+		want string
+	}{
+		{"empty header", []TransportOption{WithTransportKeyHeader("")}, `WithTransportKeyHeader: invalid header name ""`},
+		{"space in header", []TransportOption{WithTransportKeyHeader("Idempotency Key")}, `WithTransportKeyHeader: invalid header name "Idempotency Key"`},
+		{"colon in header", []TransportOption{WithTransportKeyHeader("Key:")}, `WithTransportKeyHeader: invalid header name "Key:"`},
+		{"non-ASCII header", []TransportOption{WithTransportKeyHeader("Clé")}, `WithTransportKeyHeader: invalid header name "Clé"`},
+		{"no method", []TransportOption{WithRetryMethods()}, "WithRetryMethods with no method"},
+		{"empty method", []TransportOption{WithRetryMethods("POST", "")}, `WithRetryMethods: invalid method ""`},
+		{"method with a space", []TransportOption{WithRetryMethods("PO ST")}, `WithRetryMethods: invalid method "PO ST"`},
+		{"method with a newline", []TransportOption{WithRetryMethods("POST\n")}, `WithRetryMethods: invalid method "POST\n"`},
+		{"all errors at once", []TransportOption{WithTransportKeyHeader(""), WithRetryMethods("")}, `WithTransportKeyHeader: invalid header name ""; WithRetryMethods: invalid method ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.PanicsWithValue(t, "idem: NewTransport: "+tc.want, func() { NewTransport(nil, tc.opts...) })
+		})
+	}
+}
+
+func TestNewTransportNormalises(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  TransportOption
+		want func(*transport) any
+		is   any
+	}{
+		{"defaults", nil, func(t *transport) any {
+			return []any{t.header, t.methods, t.attempts, t.backoff, t.backoffCap, t.maxRetryAfter, t.bare}
+		}, []any{"Idempotency-Key", []string{"POST", "PATCH"}, 5, 200 * time.Millisecond, 10 * time.Second, 30 * time.Second, false}},
+		{"methods in upper case", WithRetryMethods("post", "Put", "POST"), func(t *transport) any { return t.methods }, []string{"POST", "PUT"}},
+		{"canonical header", WithTransportKeyHeader("x-request-key"), func(t *transport) any { return t.header }, "X-Request-Key"},
+		{"attempts at least 1", WithMaxAttempts(-3), func(t *transport) any { return t.attempts }, 1},
+		{"backoff base zero keeps the default", WithBackoff(0, time.Minute), func(t *transport) any { return []time.Duration{t.backoff, t.backoffCap} }, []time.Duration{defaultBackoff, time.Minute}},
+		{"backoff limit raised to the base", WithBackoff(time.Second, time.Millisecond), func(t *transport) any { return []time.Duration{t.backoff, t.backoffCap} }, []time.Duration{time.Second, time.Second}},
+		{"negative max Retry-After means 0", WithMaxRetryAfter(-time.Second), func(t *transport) any { return t.maxRetryAfter }, time.Duration(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTransport(nil, tc.opt).(*transport)
+			require.Equal(t, http.DefaultTransport, tr.base)
+			require.Equal(t, tc.is, tc.want(tr))
+		})
+	}
+}
+
+func TestTransportBareKey(t *testing.T) {
+	ok := []func() (*http.Response, error){status(201)}
+	t.Run("from WithKey, as it is", func(t *testing.T) {
+		base := &scripted{script: ok}
+		tr, _ := testTransport(base, WithBareKey())
+		_, err := tr.RoundTrip(postRequest(t, WithKey(context.Background(), `order-42`), "x"))
+		require.NoError(t, err)
+		require.Equal(t, "order-42", base.keys[0])
+	})
+	t.Run("made by the transport", func(t *testing.T) {
+		base := &scripted{script: ok}
+		tr, _ := testTransport(base, WithBareKey())
+		resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
+		require.NoError(t, err)
+		require.Regexp(t, `^[0-9a-f-]{36}$`, base.keys[0])
+		require.Equal(t, base.keys[0], resp.Request.Header.Get("Idempotency-Key"))
+	})
+	t.Run("the request's own header is kept", func(t *testing.T) {
+		base := &scripted{script: ok}
+		tr, _ := testTransport(base, WithBareKey())
+		r := postRequest(t, context.Background(), "x")
+		r.Header.Set("Idempotency-Key", `"mine"`)
+		_, err := tr.RoundTrip(r)
+		require.NoError(t, err)
+		require.Equal(t, `"mine"`, base.keys[0])
+	})
+	for _, key := range []string{`"quoted"`, " lead", "trail ", ""} {
+		t.Run("a key that cannot be sent bare: "+key, func(t *testing.T) {
+			base := &scripted{script: ok}
+			tr, _ := testTransport(base, WithBareKey())
+			_, err := tr.RoundTrip(postRequest(t, WithKey(context.Background(), key), "x"))
+			require.ErrorIs(t, err, ErrInvalidKey)
+			require.Empty(t, base.keys, "nothing is sent")
+		})
+	}
+	t.Run("quoted by default, equal for the middleware", func(t *testing.T) {
+		quoted := &scripted{script: ok}
+		tr, _ := testTransport(quoted)
+		_, err := tr.RoundTrip(postRequest(t, WithKey(context.Background(), `a"b`), "x"))
+		require.NoError(t, err)
+		bare := &scripted{script: ok}
+		tr, _ = testTransport(bare, WithBareKey())
+		_, err = tr.RoundTrip(postRequest(t, WithKey(context.Background(), `a"b`), "x"))
+		require.NoError(t, err)
+		require.Equal(t, []string{`"a\"b"`}, quoted.keys)
+		require.Equal(t, []string{`a"b`}, bare.keys)
+		q, err := parseKey(quoted.keys[0])
+		require.NoError(t, err)
+		b, err := parseKey(bare.keys[0])
+		require.NoError(t, err)
+		require.Equal(t, q, b)
+	})
 }
