@@ -1,0 +1,191 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+)
+
+// Do runs fn at most once for key, across every process sharing g's store,
+// and returns its result to the first caller and to every repeat.
+//
+// req is the request the key stands for. It is encoded as canonical JSON and
+// fingerprinted with SHA-256; a repeat of key with another fingerprint gets
+// ErrMismatch, whatever the state of the first. Use a stable key per logical
+// operation, created by the client when the intent is created.
+//
+// What a caller gets:
+//   - First caller: fn runs with a lease on key, renewed while it runs.
+//     Its value is stored as JSON (a []byte or string as is) and returned.
+//   - Repeat after completion: the stored value, decoded into T from JSON;
+//     fn does not run. The repeat gets what JSON carries: unexported fields
+//     come back zero, numbers inside an any come back as float64, a
+//     time.Time keeps its instant but not its monotonic reading. A []byte or
+//     string (also inside Do[any]) comes back as it was.
+//   - Concurrent duplicate: *InProgressError (ErrInProgress), or, with
+//     WithWait, the first caller's result once stored.
+//   - fn returns an error: the claim is released and the error returned; the
+//     next call runs fn again, with Attempt.Fence one higher and the
+//     checkpoints of this attempt. An error wrapped by Permanent is stored
+//     instead, and every repeat gets an error with the same message that
+//     satisfies errors.Is(err, ErrPermanent).
+//   - fn panics, or calls runtime.Goexit (t.FailNow in a test): the claim is
+//     released and the panic (or the Goexit) continues.
+//   - The caller's context ends while fn runs: fn's context is cancelled
+//     too, but the lease is held until fn returns and its result is still
+//     stored (completion runs detached, bounded by WithWriteTimeout), so
+//     that a retry finds it.
+//   - The holder's lease is lost (it froze longer than the lease and another
+//     attempt took over, or Redis did not answer a renewal before the lease
+//     ran out): fn's context is cancelled with cause ErrLeaseLost, and its
+//     result is not stored.
+//   - The store fails before fn runs, or answers a claim too late to trust
+//     its lease: ErrStoreUnavailable, fn not run. The store fails after fn
+//     ran: fn's value with ErrNotRecorded joined with the cause; the claim
+//     stays until its lease expires, and the next attempt sees Fence+1 and
+//     the checkpoints. A completion that did not answer within the write
+//     timeout may have been stored or not: a repeat tells.
+//   - T is a type JSON can never encode (a chan, a func, a struct with
+//     such a field): an error before the claim; fn does not run.
+//
+// In steady state a fresh key costs two round trips to the store (claim and
+// complete) and a replay one.
+func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx context.Context, a *Attempt) (T, error)) (T, error) {
+	var zero T
+	if fn == nil {
+		return zero, errors.New("idem: Do with a nil function")
+	}
+	if err := resultType(reflect.TypeFor[T]()); err != nil {
+		return zero, err
+	}
+	fp, err := requestFingerprint(req)
+	if err != nil {
+		return zero, err
+	}
+	var (
+		v    T
+		ferr error
+		ran  bool
+	)
+	payload, replayed, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
+		ran = true
+		v, ferr = fn(ctx, a)
+		if ferr != nil {
+			if errors.Is(ferr, ErrPermanent) {
+				return encodeError(ferr), true, nil
+			}
+			return nil, false, ferr
+		}
+		switch raw := any(v).(type) {
+		case []byte:
+			return append([]byte{payloadBytes}, raw...), true, nil
+		case string:
+			return append([]byte{payloadString}, raw...), true, nil
+		}
+		b, merr := json.Marshal(v)
+		if merr != nil {
+			ferr = Permanent(fmt.Errorf("idem: result of type %T is not JSON-encodable: %w", v, merr))
+			return encodeError(ferr), true, nil
+		}
+		return append([]byte{payloadValue}, b...), true, nil
+	})
+	switch {
+	case replayed:
+		return decodeResult[T](payload)
+	case !ran:
+		return zero, err
+	case ferr != nil && err != nil && err != ferr:
+		return v, errors.Join(ferr, err)
+	case ferr != nil:
+		return v, ferr
+	}
+	return v, err
+}
+
+// Once runs fn at most once for the message id, for consumers of at-least-once
+// deliveries. It reports ran=false, and does not call fn, when id was already
+// processed.
+//
+// The id is marked processed only after fn returns nil. An error from fn
+// releases the id, so a redelivery runs fn again, and Once returns (true, err);
+// an error wrapped by Permanent is recorded instead, and a redelivery gets
+// (false, err) with the same message. A concurrent redelivery waits as set by
+// WithWait, else gets ErrInProgress. Once ids live in their own namespace,
+// apart from Do keys, and follow the same rules as keys (ErrInvalidKey).
+func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context) error) (ran bool, err error) {
+	if fn == nil {
+		return false, errors.New("idem: Once with a nil function")
+	}
+	var ferr error
+	payload, replayed, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
+		ran = true
+		ferr = fn(ctx)
+		switch {
+		case ferr == nil:
+			return []byte{payloadValue}, true, nil
+		case errors.Is(ferr, ErrPermanent):
+			return encodeError(ferr), true, nil
+		}
+		return nil, false, ferr
+	})
+	switch {
+	case replayed:
+		if len(payload) > 0 && payload[0] == payloadError {
+			return false, &permanentError{err: errors.New(string(payload[1:]))}
+		}
+		return false, nil
+	case ferr != nil && err != nil && err != ferr:
+		return true, errors.Join(ferr, err)
+	case ferr != nil:
+		return true, ferr
+	}
+	return ran, err
+}
+
+// Payload tags for results stored by Do and Once.
+const (
+	payloadValue  byte = 'v' // JSON
+	payloadBytes  byte = 'b' // a []byte result, stored as is
+	payloadString byte = 's' // a string result, stored as is
+	payloadError  byte = 'e' // the message of a Permanent error
+)
+
+func encodeError(err error) []byte {
+	return append([]byte{payloadError}, err.Error()...)
+}
+
+func decodeResult[T any](payload []byte) (T, error) {
+	var v T
+	if len(payload) == 0 {
+		return v, errors.New("idem: stored result is empty")
+	}
+	switch payload[0] {
+	case payloadError:
+		return v, &permanentError{err: errors.New(string(payload[1:]))}
+	case payloadBytes, payloadString:
+		switch p := any(&v).(type) {
+		case *[]byte:
+			*p = payload[1:]
+			return v, nil
+		case *string:
+			*p = string(payload[1:])
+			return v, nil
+		case *any: // Do[any]: the dynamic type fn returned
+			if payload[0] == payloadString {
+				*p = string(payload[1:])
+			} else {
+				*p = payload[1:]
+			}
+			return v, nil
+		}
+		return v, fmt.Errorf("idem: stored result is bytes and does not decode into %T", v)
+	case payloadValue:
+		if err := json.Unmarshal(payload[1:], &v); err != nil {
+			return v, fmt.Errorf("idem: stored result does not decode into %T: %w", v, err)
+		}
+		return v, nil
+	}
+	return v, fmt.Errorf("idem: stored result has unknown tag %q", payload[0])
+}

@@ -1,0 +1,205 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Namespaces keep Do keys, Once ids and HTTP keys apart.
+const (
+	nsDo   byte = 'd'
+	nsOnce byte = 'o'
+	nsHTTP byte = 'h'
+)
+
+// op names one logical operation: a key in a namespace and a scope, and the
+// fingerprint of the request it stands for.
+type op struct {
+	ns    byte
+	scope string
+	key   string
+	fp    string
+	// detach runs fn on a context without the caller's cancellation: the
+	// claim and any wait still end with the caller's context, fn does not.
+	detach bool
+	// wait is how long a duplicate waits for the holder's result (WithWait).
+	wait time.Duration
+}
+
+// id returns the operation's stable, opaque id: the first 128 bits of the
+// SHA-256 of its namespace, scope and key, base64url encoded (22 characters).
+// Hashing keeps any key out of another's key space and gives every Redis key
+// of the operation one hash tag.
+func (o op) id() string {
+	var buf [128]byte
+	b := append(buf[:0], o.ns)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(o.scope)))
+	b = append(b, o.scope...)
+	b = append(b, o.key...)
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// exec is the engine under Do, Once and the HTTP middleware. It validates the
+// key, claims the operation (waiting per WithWait while another attempt holds
+// it) and returns a stored payload as replayed without running fn. Otherwise
+// it runs fn under a renewed lease; fn returns the payload to store and
+// whether to keep it:
+//
+//   - err != nil: the claim is released and err returned.
+//   - keep false: the claim is released and the payload returned.
+//   - keep true: the payload is stored (compare-and-complete on a context
+//     detached from ctx); on failure the payload is returned with
+//     ErrNotRecorded joined with the cause.
+//
+// A panic in fn releases the claim and continues.
+func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *Attempt) (payload []byte, keep bool, err error)) (payload []byte, replayed bool, err error) {
+	if g == nil || g.store == nil {
+		var why string
+		if g != nil {
+			why = g.nilStore
+		}
+		return nil, false, fmt.Errorf("%w: the Guard has no store%s", ErrStoreUnavailable, why)
+	}
+	if err := validKey(o.key); err != nil {
+		return nil, false, err
+	}
+	id := o.id()
+	owner := newToken()
+	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retention}
+	var deadline time.Time
+	if o.wait > 0 {
+		deadline = time.Now().Add(o.wait)
+	}
+	for poll := 0; ; poll++ {
+		sent := time.Now()
+		res, err := g.store.Claim(ctx, id, req)
+		if err != nil {
+			return nil, false, g.storeError(ctx, err)
+		}
+		switch res.Status {
+		case ClaimCompleted:
+			return res.Payload, true, nil
+		case ClaimMismatch:
+			return nil, false, ErrMismatch
+		case ClaimOK:
+			rctx := ctx
+			if o.detach {
+				rctx = context.WithoutCancel(ctx)
+			}
+			payload, err := g.run(rctx, o.key, id, owner, sent, res, fn)
+			return payload, false, err
+		case ClaimBusy:
+			if !sent.Before(deadline) {
+				return nil, false, &InProgressError{RetryAfter: res.RetryAfter}
+			}
+			// Poll after 25ms, then every 50ms: about 20 polls a second, and
+			// never later than the holder's lease or the wait allow.
+			d := 50 * time.Millisecond
+			if poll == 0 {
+				d = 25 * time.Millisecond
+			}
+			d = min(d, max(res.RetryAfter, time.Millisecond), max(time.Until(deadline), 0))
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, false, fmt.Errorf("idem: waiting for the first attempt: %w", context.Cause(ctx))
+			case <-t.C:
+			}
+		default:
+			return nil, false, fmt.Errorf("%w: claim returned unknown status %d", ErrStoreUnavailable, res.Status)
+		}
+	}
+}
+
+// run runs fn as the owner of a fresh claim, sent at claimed.
+func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn func(ctx context.Context, a *Attempt) ([]byte, bool, error)) (payload []byte, err error) {
+	claimed, err = g.confirmLease(ctx, id, owner, claimed)
+	if err != nil {
+		return nil, err
+	}
+	a := &Attempt{Key: key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
+	hctx, stop := g.holdLease(ctx, id, owner, claimed)
+	var keep bool
+	finished := false
+	defer func() {
+		if !finished { // fn panicked or called runtime.Goexit
+			stop()
+			g.release(ctx, id, owner)
+		}
+	}()
+	payload, keep, err = fn(hctx, a)
+	finished = true
+	stop()
+	if err != nil || !keep {
+		g.release(ctx, id, owner)
+		return payload, err
+	}
+	cerr := g.bounded(ctx, func(ctx context.Context) error {
+		return g.store.Complete(ctx, id, owner, payload, g.retention)
+	})
+	if cerr != nil {
+		if !errors.Is(cerr, ErrLeaseLost) {
+			cerr = fmt.Errorf("%w: %w", ErrStoreUnavailable, cerr)
+		}
+		g.log.ErrorContext(ctx, "idem: result not recorded", "key", key, "id", id, "fence", res.Fence, "err", cerr)
+		return payload, errors.Join(ErrNotRecorded, cerr)
+	}
+	return payload, nil
+}
+
+// release gives up a claim so that the next attempt runs again. Failures are
+// logged: the claim then lasts until its lease expires.
+func (g *Guard) release(ctx context.Context, id, owner string) {
+	err := g.bounded(ctx, func(ctx context.Context) error { return g.store.Release(ctx, id, owner) })
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		g.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "id", id, "err", err)
+	}
+}
+
+// errWriteTimeout reports a store write that did not answer within the
+// Guard's write timeout.
+var errWriteTimeout = errors.New("idem: the store did not answer within the write timeout")
+
+// bounded runs a store write detached from ctx's cancellation and waits for
+// it at most the write timeout (WithWriteTimeout). The call gets a context
+// with that deadline, but a Redis client may ignore it (go-redis does unless
+// ContextTimeoutEnabled is set): then the call is left to finish on its own,
+// within the client's own timeouts, and bounded reports errWriteTimeout.
+func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.write)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- f(wctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-wctx.Done():
+		select {
+		case err := <-done: // answered at the deadline
+			return err
+		default:
+			return errWriteTimeout
+		}
+	}
+}
+
+// storeError wraps a store failure as ErrStoreUnavailable, unless it was the
+// caller's own context that ended.
+func (g *Guard) storeError(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("idem: %w", context.Cause(ctx))
+	case errors.Is(err, ErrStoreUnavailable):
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+}

@@ -1,0 +1,71 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by the library. Test for them with errors.Is.
+var (
+	// ErrInProgress reports that another attempt holds a live lease on the key.
+	// The error is an *InProgressError carrying the lease's remaining time.
+	ErrInProgress = errors.New("idem: operation in progress")
+
+	// ErrMismatch reports that the key was first used with a different request.
+	ErrMismatch = errors.New("idem: key reused with a different request")
+
+	// ErrLeaseLost reports that the caller no longer owns the key: its lease
+	// expired and another attempt took the key over.
+	ErrLeaseLost = errors.New("idem: lease lost")
+
+	// ErrInvalidKey reports a key (or Once id) that is empty, longer than 255
+	// bytes, or not printable ASCII.
+	ErrInvalidKey = errors.New("idem: invalid key")
+
+	// ErrStoreUnavailable reports that the store could not be reached. Unless it
+	// is joined with ErrNotRecorded, the function was not run.
+	ErrStoreUnavailable = errors.New("idem: store unavailable")
+
+	// ErrNotRecorded reports that the function ran but its result could not be
+	// stored. It is joined with ErrLeaseLost or ErrStoreUnavailable, and the
+	// function's value is returned alongside it.
+	ErrNotRecorded = errors.New("idem: result not recorded")
+
+	// ErrPermanent marks an error made by Permanent, both when the function
+	// returns it and when a repeat replays it.
+	ErrPermanent = errors.New("idem: permanent error")
+)
+
+// InProgressError is the error returned while another attempt holds a live
+// lease on the key. It matches ErrInProgress under errors.Is.
+type InProgressError struct {
+	// RetryAfter is the remaining time of the holder's lease: the earliest
+	// moment a retry could take the key over.
+	RetryAfter time.Duration
+}
+
+// Error implements error.
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("idem: operation in progress, retry after %v", e.RetryAfter)
+}
+
+// Is reports whether target is ErrInProgress.
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// Permanent marks err as the final outcome of an operation: Do and Once store
+// it like a result, and every repeat of the key gets an error with the same
+// message instead of running the function again. Both err's wrapper and its
+// replay satisfy errors.Is(e, ErrPermanent). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Unwrap() error        { return e.err }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }

@@ -1,0 +1,63 @@
+package idem
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+)
+
+// onceFingerprint is the fingerprint of every Once id: a message id stands
+// for one message.
+var onceFingerprint = fingerprint(nil)
+
+// validKey reports why key is not a valid idempotency key, wrapping
+// ErrInvalidKey, or nil when it is valid.
+func validKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), maxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: byte %#x at %d is not printable ASCII", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+// fingerprint returns the first 128 bits of the SHA-256 of b, base64url encoded.
+func fingerprint(b []byte) string {
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// requestFingerprint fingerprints req's canonical JSON: object keys sorted,
+// no insignificant whitespace, numbers as encoded.
+func requestFingerprint(req any) (string, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
+	}
+	if len(b) > 0 && (b[0] == '{' || b[0] == '[') {
+		// Structs marshal in field order, maps in key order: canonicalise
+		// so that equal JSON documents fingerprint equally, also across a
+		// deploy that reorders a struct's fields.
+		if c, ok := canonicalJSON(make([]byte, 0, len(b)), b); ok {
+			b = c
+		}
+	}
+	return fingerprint(b), nil
+}
+
+// newToken returns a fresh owner token: 48 random bits, base64url encoded.
+// It only needs to differ between the claims of one key while its record
+// lives, and it is kept in every record.
+func newToken() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
