@@ -76,7 +76,9 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
 	}
-	for poll := 0; ; poll++ {
+	w := waiter{g: g, id: id, deadline: deadline}
+	defer w.close()
+	for {
 		sent := time.Now()
 		res, err := g.store.Claim(ctx, id, req)
 		if err != nil {
@@ -98,23 +100,71 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 			if !sent.Before(deadline) {
 				return nil, false, &InProgressError{RetryAfter: res.RetryAfter}
 			}
-			// Poll after 25ms, then every 50ms: about 20 polls a second, and
-			// never later than the holder's lease or the wait allow.
-			d := 50 * time.Millisecond
-			if poll == 0 {
-				d = 25 * time.Millisecond
-			}
-			d = min(d, max(res.RetryAfter, time.Millisecond), max(time.Until(deadline), 0))
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, false, fmt.Errorf("idem: waiting for the first attempt: %w", context.Cause(ctx))
-			case <-t.C:
+			if err := w.wait(ctx, res.RetryAfter); err != nil {
+				return nil, false, err
 			}
 		default:
 			return nil, false, fmt.Errorf("%w: claim returned unknown status %d", ErrStoreUnavailable, res.Status)
 		}
+	}
+}
+
+// waiter paces the claims of a duplicate waiting (WithWait) while another
+// attempt holds the key. With a store that is a Watcher it is notified of
+// completion or release and checks on its own only every 2s, or when
+// the holder's lease runs out (an expiry notifies nobody); otherwise it
+// polls after 25ms, then every 50ms.
+type waiter struct {
+	g        *Guard
+	id       string
+	deadline time.Time
+	polls    int
+	watched  bool // Watch was tried
+	notify   <-chan struct{}
+	stop     func()
+}
+
+// watchPoll is how often a notified waiter checks on its own, in case a
+// notification was lost.
+const watchPoll = 2 * time.Second
+
+// wait returns when the next claim is due, or with an error when ctx ends.
+func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
+	if !w.watched {
+		w.watched = true
+		if st, ok := w.g.store.(Watcher); ok {
+			var err error
+			if w.notify, w.stop, err = st.Watch(ctx, w.id); err == nil {
+				return nil // watching: claim again at once, in case it completed meanwhile
+			} else if ctx.Err() != nil {
+				return fmt.Errorf("idem: waiting for the first attempt: %w", context.Cause(ctx))
+			}
+		}
+	}
+	d := 50 * time.Millisecond
+	switch {
+	case w.notify != nil:
+		d = watchPoll
+	case w.polls == 0:
+		d = 25 * time.Millisecond
+	}
+	w.polls++
+	d = min(d, max(retryAfter, time.Millisecond), max(time.Until(w.deadline), 0))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("idem: waiting for the first attempt: %w", context.Cause(ctx))
+	case <-t.C:
+	case <-w.notify:
+	}
+	return nil
+}
+
+// close ends the watch, if any.
+func (w *waiter) close() {
+	if w.stop != nil {
+		w.stop()
 	}
 }
 

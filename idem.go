@@ -61,10 +61,13 @@ func WithRetention(d time.Duration) Option {
 }
 
 // WithWait sets how long a concurrent duplicate waits for the first attempt's
-// result before it gets ErrInProgress. A waiter polls the store at most about
-// 20 times a second, learns of completion within 50ms, takes the key over
-// itself if the holder's lease expires meanwhile, and stops when its context
-// ends. The default, 0, returns ErrInProgress at once.
+// result before it gets ErrInProgress. A waiter on a store that notifies
+// (RedisStore, on Redis 7 with sharded Pub/Sub) is woken when the result is
+// stored or the key released, and checks on its own only every 2s and when
+// the holder's lease runs out; on other stores it polls, about 20 times a
+// second. It takes the key over itself if the holder's lease expires
+// meanwhile, and stops when its context ends. The default, 0, returns
+// ErrInProgress at once.
 func WithWait(d time.Duration) Option {
 	return func(g *Guard) { g.wait = max(d, 0) }
 }

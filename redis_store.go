@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +52,10 @@ type RedisStore struct {
 	compressAbove int
 	log           *slog.Logger
 	bad           error // a client the store cannot work with
+
+	watchable atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
+	subsMu    sync.Mutex             // guards subs
+	subs      map[string]*subscriber // Pub/Sub connections of waiters, by node
 }
 
 var (
@@ -394,4 +400,3 @@ func owned(n int64, err error) error {
 }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
-

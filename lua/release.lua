@@ -5,6 +5,8 @@
 -- KEYS[2]  lease key
 -- ARGV[1]  owner token of the caller
 --
+-- Publishes on the channel KEYS[1]..":n" (SPUBLISH) when it drops the lease.
+--
 -- Returns 1 when the claim is released (also when it already was: a re-sent release),
 -- 0 when the caller does not own the record, or it is completed or gone.
 local v = redis.call('GET', KEYS[1])
@@ -20,5 +22,9 @@ if st ~= 'P' or owner ~= ARGV[1] then
 end
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
+  -- Wake the waiters: one of them takes the key over (see complete.lua).
+  if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+    redis.call('SPUBLISH', KEYS[1] .. ':n', '1')
+  end
 end
 return 1

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,8 +27,9 @@ type Proxy struct {
 
 	up, down atomic.Int64 // delay of every chunk, client→server and server→client, ns
 
-	mu    sync.Mutex
-	rules []*delayRule
+	mu       sync.Mutex
+	rules    []*delayRule
+	commands map[string]int // commands passed, by upper-case name
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 	done  bool
@@ -87,10 +89,27 @@ func (p *Proxy) ClearRules() {
 	p.mu.Unlock()
 }
 
-// replyDelay returns the extra delay of the reply to the command args.
+// Commands returns how many commands of each name (upper case) passed
+// client→server since the last call, and starts counting again.
+func (p *Proxy) Commands() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.commands
+	p.commands = nil
+	return c
+}
+
+// replyDelay counts the command args and returns the extra delay of its
+// reply.
 func (p *Proxy) replyDelay(args []string) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(args) > 0 {
+		if p.commands == nil {
+			p.commands = make(map[string]int)
+		}
+		p.commands[strings.ToUpper(args[0])]++
+	}
 	for _, r := range p.rules {
 		if r.left > 0 && r.match(args) {
 			r.left--
