@@ -81,10 +81,23 @@ func decodeRecord(v string) (*Record, error) {
 	return r, nil
 }
 
-// parseClaim parses the reply of lua/claim.lua.
-func parseClaim(v []any) (ClaimResult, error) {
+// parseClaim parses the reply of lua/claim.lua: a completed record as a
+// bare string (the replay path, kept to one reply value), else an array.
+func parseClaim(reply any) (ClaimResult, error) {
+	if rec, ok := reply.(string); ok {
+		f, err := splitRecord(rec)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		if f.state != "C" {
+			return ClaimResult{}, errors.New("idem: unexpected claim reply: a record not completed")
+		}
+		p, err := decodePayload(f.body)
+		return ClaimResult{Status: ClaimCompleted, Payload: p}, err
+	}
+	v, _ := reply.([]any)
 	if len(v) == 0 {
-		return ClaimResult{}, errors.New("idem: empty claim reply")
+		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", reply)
 	}
 	status, _ := v[0].(int64)
 	res := ClaimResult{Status: ClaimStatus(status)}
@@ -94,16 +107,6 @@ func parseClaim(v []any) (ClaimResult, error) {
 		cps, _ := v[2].(string)
 		var err error
 		if res.Checkpoints, err = decodeCheckpoints(cps); err != nil {
-			return ClaimResult{}, err
-		}
-	case res.Status == ClaimCompleted && len(v) == 2:
-		// The hot path of replays: the script matched the fingerprint.
-		rec, _ := v[1].(string)
-		f, err := splitRecord(rec)
-		if err != nil {
-			return ClaimResult{}, err
-		}
-		if res.Payload, err = decodePayload(f.body); err != nil {
 			return ClaimResult{}, err
 		}
 	case res.Status == ClaimBusy && len(v) == 2:

@@ -178,9 +178,12 @@ func unusable(c redis.UniversalClient) error {
 }
 
 func (s *RedisStore) keys(id string) []string {
-	rec := s.prefix + ":{" + id + "}"
-	return []string{rec, rec + ":l"}
+	both := s.prefix + ":{" + id + "}:l" // one allocation for both keys
+	return []string{both[:len(both)-2], both}
 }
+
+// The ack flag of claim.lua, boxed once.
+var argAck, argNoAck any = "1", "0"
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
@@ -188,12 +191,12 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 		return ClaimResult{}, err
 	}
 	keys := s.keys(id)
-	acked := "0"
+	acked := argNoAck
 	if s.replicas > 0 {
-		acked = "1"
+		acked = argAck
 	}
 	cmd, ackErr := s.eval(ctx, claimScript, keys, c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked)
-	v, err := cmd.Slice()
+	v, err := cmd.Result()
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -244,7 +247,11 @@ func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []b
 		return err
 	}
 	format, payload := s.encodePayload(payload)
-	cmd, ackErr := s.eval(ctx, completeScript, s.keys(id), owner, payload, ms(retention), format)
+	formatArg := any(formatRaw)
+	if format == formatDeflate {
+		formatArg = formatDeflate
+	}
+	cmd, ackErr := s.eval(ctx, completeScript, s.keys(id), owner, payload, ms(retention), formatArg)
 	return acked(owned(cmd.Int64()), ackErr)
 }
 
@@ -399,4 +406,14 @@ func owned(n int64, err error) error {
 	return nil
 }
 
-func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+// ms returns d in whole milliseconds (at least 1) as a script argument.
+// A Guard passes the same few durations on every call: they are boxed once.
+func ms(d time.Duration) any {
+	if v, ok := boxedMs.Load(d); ok {
+		return v
+	}
+	v, _ := boxedMs.LoadOrStore(d, any(max(d.Milliseconds(), 1)))
+	return v
+}
+
+var boxedMs sync.Map // time.Duration → any(int64)

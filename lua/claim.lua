@@ -22,8 +22,8 @@
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
 --                            claim), whose lease is then renewed
---   {2, record}              completed, same fingerprint: the whole record, unparsed (this
---                            is the hot path of replays), which the caller replays
+--   record                   completed, same fingerprint: the whole record as a bare string,
+--                            unparsed (the hot path of replays: one reply value to read)
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
 --   {4}                      mismatch: the record holds another fingerprint (decided here
 --                            only, for every state)
@@ -49,7 +49,7 @@ if v then
         redis.call('PEXPIRE', KEYS[1], ttl)
       end
     end
-    return {2, v}
+    return v
   end
   created = c
   cps = string.sub(v, pos)
