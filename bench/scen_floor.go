@@ -118,7 +118,7 @@ return 0`)
 redis.call('DEL', KEYS[2])
 return 1`)
 	luaRead = redis.NewScript(`local v = redis.call('GET', KEYS[1])
-if v then return {2, v} end
+if v then return v end
 return {1}`)
 )
 
@@ -147,8 +147,8 @@ func luaFloorVariants(e *env, tag string, clients int, mk func() (redis.Universa
 	replay = &variant{
 		name: "minimal Lua read script", clients: clients, rt: rh.n, hook: rh, srv: srv,
 		op: func(ctx context.Context, w int, seq uint64) error {
-			v, err := luaRead.Run(ctx, rc, []string{getKeys[(uint64(w)*7919+seq)%n]}).Slice()
-			if err == nil && len(v) != 2 {
+			v, err := luaRead.Run(ctx, rc, []string{getKeys[(uint64(w)*7919+seq)%n]}).Result()
+			if _, ok := v.(string); err == nil && !ok {
 				err = errors.New("minimal Lua read: key absent")
 			}
 			return err
