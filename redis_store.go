@@ -51,7 +51,8 @@ type RedisStore struct {
 	ackWait       time.Duration
 	compressAbove int
 	log           *slog.Logger
-	bad           error // a client the store cannot work with
+	bad           error    // a client the store cannot work with
+	errs          []string // malformed options, for NewRedisStore's panic
 
 	watchable atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
 	subsMu    sync.Mutex             // guards subs
@@ -67,14 +68,14 @@ var (
 type RedisOption func(*RedisStore)
 
 // WithPrefix sets the prefix of every key the store writes. The default is
-// "idem". Guards with different prefixes on one Redis never see each other's
-// operations. A prefix with a brace would take over the keys' Redis Cluster
-// hash tag: the store then fails every call with an error saying so.
+// "idem"; an empty prefix means the default. Guards with different prefixes
+// on one Redis never see each other's operations. A prefix with a brace
+// would take over the keys' Redis Cluster hash tag: NewRedisStore panics.
 func WithPrefix(p string) RedisOption {
 	return func(s *RedisStore) {
 		switch {
 		case strings.ContainsAny(p, "{}"):
-			s.bad = fmt.Errorf("idem: WithPrefix(%q): a prefix must not contain { or }", p)
+			s.errs = append(s.errs, fmt.Sprintf("WithPrefix(%q): a prefix must not contain { or }", p))
 		case p != "":
 			s.prefix = p
 		}
@@ -94,12 +95,16 @@ func WithPrefix(p string) RedisOption {
 // loses a claim or a result, provided the replica promoted is one that
 // acknowledged: with n of m replicas, Redis Sentinel promotes the most
 // up-to-date one; a manual promotion of a lagging replica can still lose a
-// claim. Keep timeout below the client's ReadTimeout. The default, n = 0,
-// does not wait.
+// claim. Keep timeout below the client's ReadTimeout; zero or negative
+// means 1s (a WAIT without a timeout would block for ever). The default,
+// n = 0 (or negative), does not wait.
 func WithReplicaAck(n int, timeout time.Duration) RedisOption {
 	return func(s *RedisStore) {
 		s.replicas = max(n, 0)
-		s.ackWait = max(timeout, 0)
+		s.ackWait = timeout
+		if timeout <= 0 {
+			s.ackWait = time.Second
+		}
 	}
 }
 
@@ -125,13 +130,18 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 // NewRedisStore returns a store on c, which may be a *redis.Client, a
 // *redis.ClusterClient or a failover client. It does no I/O; call Check at
 // start-up to verify the server. A nil client or a go-redis Ring makes every
-// method fail with a clear error.
+// method fail with a clear error wrapping ErrStoreUnavailable (fail closed).
+// NewRedisStore panics on a malformed option, as Guard.Middleware and
+// NewTransport do; durations and sizes are clamped as each option says.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c)}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
 		}
+	}
+	if len(s.errs) > 0 {
+		panic("idem: NewRedisStore: " + strings.Join(s.errs, "; "))
 	}
 	return s
 }
