@@ -49,8 +49,10 @@ func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyContextKey{}, key)
 }
 
-// keyFrom returns the key set by WithKey.
-func keyFrom(ctx context.Context) (string, bool) {
+// KeyFrom returns the idempotency key set on ctx by WithKey, for clients
+// other than NewTransport's (a gRPC interceptor, a message producer) that
+// attach the caller's key to what they send.
+func KeyFrom(ctx context.Context) (string, bool) {
 	k, ok := ctx.Value(keyContextKey{}).(string)
 	return k, ok
 }
@@ -296,7 +298,7 @@ func (t *transport) keyValue(req *http.Request) (string, error) {
 	if v := req.Header.Get(t.header); v != "" {
 		return v, nil
 	}
-	key, ok := keyFrom(req.Context())
+	key, ok := KeyFrom(req.Context())
 	if !ok {
 		key = NewKey()
 	}

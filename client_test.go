@@ -355,3 +355,13 @@ func TestTransportBareKey(t *testing.T) {
 		require.Equal(t, q, b)
 	})
 }
+
+// TestKeyFrom: the key set by WithKey is read back by KeyFrom; a context
+// without one reports false.
+func TestKeyFrom(t *testing.T) {
+	k, ok := KeyFrom(WithKey(context.Background(), "k-1"))
+	require.True(t, ok)
+	require.Equal(t, "k-1", k)
+	_, ok = KeyFrom(context.Background())
+	require.False(t, ok)
+}
