@@ -1,13 +1,11 @@
 package idem
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,32 +76,6 @@ func WithPrefix(p string) RedisOption {
 			s.errs = append(s.errs, fmt.Sprintf("WithPrefix(%q): a prefix must not contain { or }", p))
 		case p != "":
 			s.prefix = p
-		}
-	}
-}
-
-// WithReplicaAck makes every claim, renewal, checkpoint and completion wait,
-// with Redis WAIT, until n replicas acknowledged it, for at most timeout;
-// and a replay (or a waiter's wake-up) is handed out only once n replicas
-// hold the completed record. WAIT is pipelined behind the script on the same
-// connection, so it costs no extra round trip but the replicas' own delay.
-// A write that too few replicas acknowledged in time is a store failure:
-// a claim is released and fn does not run (ErrStoreUnavailable), a
-// completion is ErrNotRecorded, a renewal does not count.
-//
-// It closes the window in which a failover to an asynchronous replica
-// loses a claim or a result, provided the replica promoted is one that
-// acknowledged: with n of m replicas, Redis Sentinel promotes the most
-// up-to-date one; a manual promotion of a lagging replica can still lose a
-// claim. Keep timeout below the client's ReadTimeout; zero or negative
-// means 1s (a WAIT without a timeout would block for ever). The default,
-// n = 0 (or negative), does not wait.
-func WithReplicaAck(n int, timeout time.Duration) RedisOption {
-	return func(s *RedisStore) {
-		s.replicas = max(n, 0)
-		s.ackWait = timeout
-		if timeout <= 0 {
-			s.ackWait = time.Second
 		}
 	}
 }
@@ -302,107 +274,6 @@ func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
 	r.TTL = max(ttl.Val(), 0)
 	r.LeaseTTL = max(lttl.Val(), 0)
 	return r, nil
-}
-
-// Check verifies the server at start-up: it returns an error for Redis older
-// than 7.0, and logs a warning when maxmemory-policy lets Redis evict keys
-// (every key idem writes has a TTL, so any policy but noeviction may drop
-// claims and results under memory pressure, and with them the guarantee).
-// Servers that do not expose INFO or CONFIG are not checked. On Redis
-// Cluster every master is checked.
-func (s *RedisStore) Check(ctx context.Context) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	check := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "server").Result()
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-		}
-		if v := infoField(info, "redis_version"); v != "" {
-			if major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); major < 7 {
-				return fmt.Errorf("idem: Redis %s at %s is not supported: it needs 7.0 or newer", v, c.Options().Addr)
-			}
-		}
-		policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-		if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
-			s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction",
-				"addr", c.Options().Addr, "maxmemory-policy", policy["maxmemory-policy"])
-		}
-		return nil
-	}
-	switch c := s.c.(type) {
-	case *redis.Client:
-		return check(ctx, c)
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, check)
-	}
-	return nil
-}
-
-func infoField(info, name string) string {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
-// eval runs script. With replica acks (WithReplicaAck) it sends WAIT behind
-// the script on the same connection, in one pipeline to the master of the
-// keys' slot, since WAIT counts the writes of its own connection only; a
-// NOSCRIPT reply sends the pair again with EVAL. ackErr reports too few
-// acknowledgements, or a WAIT that failed; the script's own reply is in cmd
-// either way.
-func (s *RedisStore) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, ackErr error) {
-	if s.replicas == 0 {
-		return script.Run(ctx, s.c, keys, args...), nil
-	}
-	var c redis.Cmdable = s.c
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			cmd = redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd, err
-		}
-		c = m
-	}
-	var wait *redis.IntCmd
-	send := func(eval bool) {
-		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if eval {
-				cmd = script.Eval(ctx, p, keys, args...)
-			} else {
-				cmd = script.EvalSha(ctx, p, keys, args...)
-			}
-			wait = redis.NewIntCmd(ctx, "wait", s.replicas, s.ackWait.Milliseconds())
-			_ = p.Process(ctx, wait)
-			return nil
-		})
-	}
-	send(false)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		send(true)
-	}
-	n, err := wait.Result()
-	switch {
-	case err != nil:
-		return cmd, fmt.Errorf("idem: waiting for replicas: %w", err)
-	case n < int64(s.replicas):
-		return cmd, fmt.Errorf("idem: %d of %d replicas acknowledged the write within %v", n, s.replicas, s.ackWait)
-	}
-	return cmd, nil
-}
-
-// acked returns err, or else ackErr.
-func acked(err, ackErr error) error {
-	if err != nil {
-		return err
-	}
-	return ackErr
 }
 
 // owned maps a script's 1/0 reply to nil/ErrLeaseLost.

@@ -30,9 +30,9 @@ type Proxy struct {
 	mu       sync.Mutex
 	rules    []*delayRule
 	commands map[string]int // commands passed, by upper-case name
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-	done  bool
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
+	done     bool
 }
 
 type delayRule struct {

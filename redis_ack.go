@@ -1,0 +1,90 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithReplicaAck makes every claim, renewal, checkpoint and completion wait,
+// with Redis WAIT, until n replicas acknowledged it, for at most timeout;
+// and a replay (or a waiter's wake-up) is handed out only once n replicas
+// hold the completed record. WAIT is pipelined behind the script on the same
+// connection, so it costs no extra round trip but the replicas' own delay.
+// A write that too few replicas acknowledged in time is a store failure:
+// a claim is released and fn does not run (ErrStoreUnavailable), a
+// completion is ErrNotRecorded, a renewal does not count.
+//
+// It closes the window in which a failover to an asynchronous replica
+// loses a claim or a result, provided the replica promoted is one that
+// acknowledged: with n of m replicas, Redis Sentinel promotes the most
+// up-to-date one; a manual promotion of a lagging replica can still lose a
+// claim. Keep timeout below the client's ReadTimeout; zero or negative
+// means 1s (a WAIT without a timeout would block for ever). The default,
+// n = 0 (or negative), does not wait.
+func WithReplicaAck(n int, timeout time.Duration) RedisOption {
+	return func(s *RedisStore) {
+		s.replicas = max(n, 0)
+		s.ackWait = timeout
+		if timeout <= 0 {
+			s.ackWait = time.Second
+		}
+	}
+}
+
+// eval runs script. With replica acks (WithReplicaAck) it sends WAIT behind
+// the script on the same connection, in one pipeline to the master of the
+// keys' slot, since WAIT counts the writes of its own connection only; a
+// NOSCRIPT reply sends the pair again with EVAL. ackErr reports too few
+// acknowledgements, or a WAIT that failed; the script's own reply is in cmd
+// either way.
+func (s *RedisStore) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, ackErr error) {
+	if s.replicas == 0 {
+		return script.Run(ctx, s.c, keys, args...), nil
+	}
+	var c redis.Cmdable = s.c
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			cmd = redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd, err
+		}
+		c = m
+	}
+	var wait *redis.IntCmd
+	send := func(eval bool) {
+		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = script.Eval(ctx, p, keys, args...)
+			} else {
+				cmd = script.EvalSha(ctx, p, keys, args...)
+			}
+			wait = redis.NewIntCmd(ctx, "wait", s.replicas, s.ackWait.Milliseconds())
+			_ = p.Process(ctx, wait)
+			return nil
+		})
+	}
+	send(false)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		send(true)
+	}
+	n, err := wait.Result()
+	switch {
+	case err != nil:
+		return cmd, fmt.Errorf("idem: waiting for replicas: %w", err)
+	case n < int64(s.replicas):
+		return cmd, fmt.Errorf("idem: %d of %d replicas acknowledged the write within %v", n, s.replicas, s.ackWait)
+	}
+	return cmd, nil
+}
+
+// acked returns err, or else ackErr.
+func acked(err, ackErr error) error {
+	if err != nil {
+		return err
+	}
+	return ackErr
+}
