@@ -42,8 +42,12 @@ const maxCheckpointName = 255
 // systems, e.g. the provider's charge id once the charge is made.
 //
 // It returns ErrLeaseLost when another attempt took the key over, and
-// ErrStoreUnavailable when the store could not be reached.
+// ErrStoreUnavailable when the store could not be reached. On an Attempt
+// that idem did not create (a zero Attempt in a test) it returns an error.
 func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) error {
+	if a == nil || a.store == nil {
+		return errors.New("idem: Checkpoint on an Attempt that idem did not create; in tests, use idemtest.NewGuard or idemtest.NewAttemptGuard")
+	}
 	if name == "" || len(name) > maxCheckpointName {
 		return fmt.Errorf("idem: checkpoint name must be 1 to %d bytes, got %d", maxCheckpointName, len(name))
 	}
@@ -71,6 +75,9 @@ func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) err
 // Checkpoints returns a copy of the checkpoints saved by earlier attempts and
 // this one.
 func (a *Attempt) Checkpoints() map[string][]byte {
+	if a == nil {
+		return map[string][]byte{}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make(map[string][]byte, len(a.cps))
