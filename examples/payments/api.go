@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemsql"
 )
 
 // Provider is a fake payment provider, an external system like Stripe or
@@ -83,10 +86,15 @@ func (p *Provider) Charges() int {
 type API struct {
 	Name     string
 	Provider *Provider
-	Logf     func(format string, args ...any)
-	// AfterCharge, when set, runs between the charge and the answer. The
+	// DB is the database shared by the replicas: each payment is booked in
+	// its ledger, in one transaction with the operation's outcome (idemsql).
+	DB   *sql.DB
+	Logf func(format string, args ...any)
+	// AfterCharge, when set, runs between the charge and the commit. The
 	// demo uses it to kill a replica at the worst moment.
 	AfterCharge func(ctx context.Context)
+	// AfterCommit, when set, runs between the commit and the answer.
+	AfterCommit func(at *idem.Attempt)
 }
 
 // accounts stands in for real authentication: API keys and their accounts.
@@ -138,12 +146,48 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "Invalid payment", `Send {"amount": <positive integer, in cents>, "currency": "EUR"}.`)
 		return
 	}
+	// The charge and the ledger entry run in one transaction with the
+	// operation's outcome. Its outcome row, inserted first, makes a second
+	// attempt wait for this one; if an earlier attempt already committed
+	// (it died before Redis heard of it, or Redis lost the record), pay does
+	// not run and the committed payment is the answer.
+	ran := false
+	p, err := idemsql.Tx(r.Context(), a.DB, at, func(ctx context.Context, tx *sql.Tx) (payment, error) {
+		ran = true
+		return a.pay(ctx, tx, at, accountOf(r), in)
+	})
+	switch {
+	case r.Context().Err() != nil:
+		return // the replica is gone, or the client
+	case errors.Is(err, errProvider):
+		// 5xx is not stored: a retry runs again (and finds the charge).
+		problem(w, http.StatusBadGateway, "Provider unavailable", "Retry with the same Idempotency-Key.")
+		return
+	case err != nil:
+		a.Logf("%s: attempt %d: %v", a.Name, at.Fence, err)
+		problem(w, http.StatusServiceUnavailable, "Database unavailable", "Retry with the same Idempotency-Key.")
+		return
+	case !ran:
+		a.Logf("%s: attempt %d finds payment %s committed in the database: answering it", a.Name, at.Fence, p.ID)
+	}
+	if a.AfterCommit != nil {
+		a.AfterCommit(at)
+	}
+	w.Header().Set("Location", "/payments/"+p.ID)
+	writeJSON(w, http.StatusCreated, p)
+}
+
+var errProvider = errors.New("payment provider unavailable")
+
+// pay charges the provider once per operation and books the payment in the
+// ledger, on tx.
+func (a *API) pay(ctx context.Context, tx *sql.Tx, at *idem.Attempt, account string, in paymentRequest) (payment, error) {
 	var (
 		c     Charge
 		found bool
 	)
 	if at.Fence > 1 {
-		// An earlier attempt started and did not finish: it may have
+		// An earlier attempt started and did not commit: it may have
 		// charged. Ask the provider about this operation before charging.
 		if c, found = a.Provider.Find(at.ID); found {
 			a.Logf("%s: attempt %d finds charge %s at the provider: not charging again", a.Name, at.Fence, c.ID)
@@ -153,18 +197,19 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		var err error
 		// at.ID is the same in every attempt: the provider's own
 		// idempotency key.
-		if c, err = a.Provider.Charge(r.Context(), at.ID, accountOf(r), in.Amount, in.Currency); err != nil {
-			// 5xx is not stored: a retry runs again (and finds the charge).
-			problem(w, http.StatusBadGateway, "Provider unavailable", "Retry with the same Idempotency-Key.")
-			return
+		if c, err = a.Provider.Charge(ctx, at.ID, account, in.Amount, in.Currency); err != nil {
+			return payment{}, fmt.Errorf("%w: %w", errProvider, err)
 		}
 		a.Logf("%s: attempt %d charges %d %s: %s", a.Name, at.Fence, c.Amount, c.Currency, c.ID)
 	}
 	if a.AfterCharge != nil {
-		a.AfterCharge(r.Context())
+		a.AfterCharge(ctx)
 	}
-	w.Header().Set("Location", "/payments/"+c.ID)
-	writeJSON(w, http.StatusCreated, payment{ID: c.ID, Amount: c.Amount, Currency: c.Currency, Status: "succeeded"})
+	if _, err := tx.ExecContext(ctx, `INSERT INTO ledger (operation, charge_id, account, amount, currency) VALUES ($1, $2, $3, $4, $5)`,
+		at.ID, c.ID, account, c.Amount, c.Currency); err != nil {
+		return payment{}, fmt.Errorf("book the payment: %w", err)
+	}
+	return payment{ID: c.ID, Amount: c.Amount, Currency: c.Currency, Status: "succeeded"}, nil
 }
 
 func (a *API) get(w http.ResponseWriter, r *http.Request) {

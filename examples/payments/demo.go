@@ -20,16 +20,16 @@ import (
 )
 
 // runDemo plays the design's scenarios against three replicas sharing one
-// Redis, through a load balancer, with the retrying client transport, and
-// prints what happened. It returns an error if a scenario did not end as the
-// design says it must.
-func runDemo(out io.Writer, opts *redis.Options) error {
+// Redis and one database, through a load balancer, with the retrying client
+// transport, and prints what happened. It returns an error if a scenario did
+// not end as the design says it must.
+func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	const lease = time.Second // short, so that a dead replica's key is free soon
 	pr := &printer{w: out}
 	provider := NewProvider(300 * time.Millisecond)
 	var replicas []*replica
 	for i := range 3 {
-		r, err := startReplica(fmt.Sprintf("replica %d", i+1), "127.0.0.1:0", opts, provider, lease, discard, pr.note)
+		r, err := startReplica(fmt.Sprintf("replica %d", i+1), "127.0.0.1:0", opts, db, provider, lease, discard, pr.note)
 		if err != nil {
 			return err
 		}
@@ -42,33 +42,12 @@ func runDemo(out io.Writer, opts *redis.Options) error {
 		Timeout:   30 * time.Second,
 	}
 	defer lb.transport.CloseIdleConnections()
+	d := &demo{pr: pr, client: client, lb: lb, replicas: replicas, provider: provider, db: db}
+	d.hooks()
+	pay, charges := d.pay, d.tally
 
-	var killNext atomic.Bool
-	for _, r := range replicas {
-		r.api.AfterCharge = func(ctx context.Context) {
-			if !killNext.CompareAndSwap(true, false) {
-				return
-			}
-			pr.note("%s dies (kill -9) right after the charge, before answering", r.name)
-			r.store.dead.Store(true) // no more heartbeats, no complete
-			r.srv.Close()            // its connections drop
-			<-ctx.Done()             // frozen until its lease is lost
-		}
-	}
-
-	charges := func(want int) error {
-		got := provider.Charges()
-		pr.printf("   provider charges so far: %d\n\n", got)
-		if got != want {
-			return fmt.Errorf("the provider made %d charges, want %d", got, want)
-		}
-		return nil
-	}
-	pay := func(label, key string, amount int64) result {
-		return payOnce(client, replicas[0].url, label, key, amount)
-	}
-
-	pr.printf("idem payments demo: 3 replicas behind a load balancer share one Redis (%s); lease %v.\n", opts.Addr, lease)
+	pr.printf("idem payments demo: 3 replicas behind a load balancer share one Redis (%s)\n", opts.Addr)
+	pr.printf("and one database (%s); lease %v.\n", db.desc, lease)
 	pr.printf("The client is idem.NewTransport: same key on every retry, honours Retry-After.\n\n")
 
 	pr.printf("1. Double click. The user taps Pay twice; both taps carry the key the app\n")
@@ -121,9 +100,10 @@ func runDemo(out io.Writer, opts *redis.Options) error {
 	}
 
 	pr.printf("5. Replica killed mid-charge. The replica that takes the next payment dies after\n")
-	pr.printf("   the provider charged and before it answers. Once its lease runs out, the retry\n")
-	pr.printf("   takes over as attempt 2 and asks the provider about the operation's stable id.\n")
-	killNext.Store(true)
+	pr.printf("   the provider charged and before its transaction commits: nothing is booked. Once\n")
+	pr.printf("   its lease runs out, the retry takes over as attempt 2 and asks the provider about\n")
+	pr.printf("   the operation's stable id.\n")
+	d.killNext.Store(true)
 	r5 := pay("pay", idem.NewKey(), 4200)
 	pr.printf("   the app gets %s\n", r5)
 	if r5.status != http.StatusCreated {
@@ -144,9 +124,90 @@ func runDemo(out io.Writer, opts *redis.Options) error {
 	if err != nil {
 		return err
 	}
-	pr.printf("   %s\n", got)
-	pr.printf("4 intents, 4 charges: every duplicate was harmless.\n")
+	pr.printf("   %s\n\n", got)
+	if err := d.redisForgets(); err != nil {
+		return err
+	}
+	pr.printf("5 intents, 5 charges, 5 ledger entries: every duplicate was harmless.\n")
 	return nil
+}
+
+// demo is what the scenarios share.
+type demo struct {
+	pr         *printer
+	client     *http.Client
+	lb         *balancer
+	replicas   []*replica
+	provider   *Provider
+	db         *database
+	killNext   atomic.Bool                  // the next charge's replica dies before its commit
+	forgetNext atomic.Bool                  // Redis forgets the next lost answer's operation
+	lastCommit atomic.Pointer[idem.Attempt] // the attempt that committed last
+}
+
+// hooks lets the scenarios kill a replica and make Redis forget.
+func (d *demo) hooks() {
+	for _, r := range d.replicas {
+		r.api.AfterCharge = func(ctx context.Context) {
+			if !d.killNext.CompareAndSwap(true, false) {
+				return
+			}
+			d.pr.note("%s dies (kill -9) right after the charge, before its transaction commits", r.name)
+			r.store.dead.Store(true) // no more heartbeats, no complete
+			r.srv.Close()            // its connections drop
+			<-ctx.Done()             // frozen until its lease is lost; its transaction rolls back
+		}
+		r.api.AfterCommit = func(at *idem.Attempt) { d.lastCommit.Store(at) }
+	}
+	d.lb.afterDrop = func() {
+		if !d.forgetNext.CompareAndSwap(true, false) {
+			return
+		}
+		at := d.lastCommit.Load()
+		r := d.replicas[0]
+		record, lease := r.store.Store.(*idem.RedisStore).Keys(at.ID)
+		if err := r.rdb.Del(context.Background(), record, lease).Err(); err != nil {
+			d.pr.note("forgetting failed: %v", err)
+			return
+		}
+		d.pr.note("Redis loses the record of the operation: a failover before replication")
+	}
+}
+
+// pay makes one logical payment call through the load balancer.
+func (d *demo) pay(label, key string, amount int64) result {
+	return payOnce(d.client, d.replicas[0].url, label, key, amount)
+}
+
+// tally prints the provider's charges and the ledger's entries, and checks
+// that each is want.
+func (d *demo) tally(want int) error {
+	got := d.provider.Charges()
+	booked, err := d.db.ledgerEntries(context.Background())
+	if err != nil {
+		return err
+	}
+	d.pr.printf("   provider charges so far: %d; ledger entries: %d\n\n", got, booked)
+	if got != want || booked != want {
+		return fmt.Errorf("the provider made %d charges and the ledger holds %d entries, want %d", got, booked, want)
+	}
+	return nil
+}
+
+// redisForgets is scenario 7: the answer is lost, and Redis loses the
+// completed record too. The retry is new to Redis; the database answers.
+func (d *demo) redisForgets() error {
+	d.pr.printf("7. Redis forgets. The server charges, books the payment and answers; the answer is\n")
+	d.pr.printf("   lost, and Redis loses the operation's record. The retry is new to Redis (attempt 1\n")
+	d.pr.printf("   again), but the payment and its outcome committed together in the database.\n")
+	d.lb.dropAnswer.Store(true)
+	d.forgetNext.Store(true)
+	r7 := d.pay("pay", idem.NewKey(), 5100)
+	d.pr.printf("   the app gets %s\n", r7)
+	if r7.status != http.StatusCreated || r7.replayed {
+		return fmt.Errorf("Redis forgets: want 201 answered from the database, got %s", r7)
+	}
+	return d.tally(5)
 }
 
 // result is what the app learns from one payment call.
@@ -223,6 +284,7 @@ type balancer struct {
 	pr         *printer
 	dropAnswer atomic.Bool // lose the next answer, after the server processed it
 	transport  http.Transport
+	afterDrop  func() // runs after an answer is lost
 }
 
 func (b *balancer) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -249,6 +311,9 @@ func (b *balancer) RoundTrip(req *http.Request) (*http.Response, error) {
 	case b.dropAnswer.CompareAndSwap(true, false):
 		resp.Body.Close()
 		b.pr.printf("%s %s, but the answer is lost on the way\n", line, resp.Status)
+		if b.afterDrop != nil {
+			b.afterDrop()
+		}
 		return nil, errors.New("connection reset by peer")
 	default:
 		s := resp.Status

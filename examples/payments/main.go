@@ -3,10 +3,14 @@
 //	go run ./examples/payments               # one replica on 127.0.0.1:8080
 //	go run ./examples/payments -replicas 3   # three replicas sharing one Redis
 //	go run ./examples/payments -demo         # play the design's scenarios
+//	go run ./examples/payments -db postgres://user@host/db   # book payments in PostgreSQL
 //
-// Without -redis or REDIS_URL it runs an embedded Redis (miniredis). POST
-// /payments charges a fake payment provider; GET /payments/{id} reads a
-// payment. Authenticate with "Authorization: Bearer sk_test_alice".
+// Without -redis or REDIS_URL it runs an embedded Redis (miniredis); without
+// -db or DATABASE_URL, a SQLite database in a temporary directory (pure Go:
+// nothing to install). POST /payments charges a fake payment provider and
+// books the payment in the database's ledger, in one transaction with the
+// operation's outcome (package idemsql); GET /payments/{id} reads a payment.
+// Authenticate with "Authorization: Bearer sk_test_alice".
 package main
 
 import (
@@ -39,22 +43,33 @@ func main() {
 		replicas = flag.Int("replicas", 1, "number of replicas sharing one Redis")
 		redisURL = flag.String("redis", "", "Redis address (host:port) or URL; default $REDIS_URL, else an embedded miniredis")
 		lease    = flag.Duration("lease", 30*time.Second, "idempotency lease")
+		dbURL    = flag.String("db", "", "database: a postgres:// URL or a SQLite file; default $DATABASE_URL, else a temporary SQLite database")
 		demo     = flag.Bool("demo", false, "play the scenarios and exit")
 	)
 	flag.Parse()
 	if *redisURL == "" {
 		*redisURL = os.Getenv("REDIS_URL")
 	}
-	opts, stop, err := redisOptions(*redisURL)
+	if *dbURL == "" {
+		*dbURL = os.Getenv("DATABASE_URL")
+	}
+	opts, stopRedis, err := redisOptions(*redisURL)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		os.Exit(2)
 	}
+	db, stopDB, err := openDatabase(context.Background(), *dbURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		stopRedis()
+		os.Exit(2)
+	}
+	stop := func() { stopDB(); stopRedis() }
 	defer stop()
 	if *demo {
-		err = runDemo(os.Stdout, opts)
+		err = runDemo(os.Stdout, opts, db)
 	} else {
-		err = serve(*addr, *replicas, opts, *lease)
+		err = serve(*addr, *replicas, opts, db, *lease)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
@@ -122,7 +137,7 @@ type replica struct {
 }
 
 // startReplica starts a replica listening on addr.
-func startReplica(name, addr string, opts *redis.Options, p *Provider, lease time.Duration, log *slog.Logger, logf func(string, ...any)) (*replica, error) {
+func startReplica(name, addr string, opts *redis.Options, db *database, p *Provider, lease time.Duration, log *slog.Logger, logf func(string, ...any)) (*replica, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -131,7 +146,7 @@ func startReplica(name, addr string, opts *redis.Options, p *Provider, lease tim
 	store := &killableStore{Store: idem.NewRedisStore(rdb, idem.WithPrefix("payments"))}
 	g := idem.New(store, idem.WithLease(lease), idem.WithLogger(log))
 	r := &replica{name: name, url: "http://" + ln.Addr().String(), rdb: rdb, store: store,
-		api: &API{Name: name, Provider: p, Logf: logf}}
+		api: &API{Name: name, Provider: p, DB: db.DB, Logf: logf}}
 	r.srv = &http.Server{Handler: r.api.Handler(g), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
@@ -142,7 +157,7 @@ func (r *replica) close() {
 	r.rdb.Close()
 }
 
-func serve(addr string, n int, opts *redis.Options, lease time.Duration) error {
+func serve(addr string, n int, opts *redis.Options, db *database, lease time.Duration) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
@@ -155,14 +170,14 @@ func serve(addr string, n int, opts *redis.Options, lease time.Duration) error {
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	for i := range max(n, 1) {
 		a := net.JoinHostPort(host, strconv.Itoa(first+i))
-		r, err := startReplica(fmt.Sprintf("replica %d", i+1), a, opts, provider, lease, slog.Default(), logf)
+		r, err := startReplica(fmt.Sprintf("replica %d", i+1), a, opts, db, provider, lease, slog.Default(), logf)
 		if err != nil {
 			return err
 		}
 		defer r.close()
 		fmt.Printf("payments API, %s: %s\n", r.name, r.url)
 	}
-	fmt.Printf("Redis at %s; idempotency lease %v\n\nTry (run it twice):\n", opts.Addr, lease)
+	fmt.Printf("Redis at %s; database: %s; idempotency lease %v\n\nTry (run it twice):\n", opts.Addr, db.desc, lease)
 	fmt.Printf("  curl -i http://%s/payments -H 'Authorization: Bearer sk_test_alice' \\\n"+
 		"    -H 'Idempotency-Key: %s' -H 'Content-Type: application/json' \\\n"+
 		"    -d '{\"amount\": 1000, \"currency\": \"EUR\"}'\n", net.JoinHostPort(host, port), idem.NewKey())

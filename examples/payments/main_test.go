@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,27 +14,35 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
 func TestDemo(t *testing.T) {
-	for name, opts := range map[string]func(t *testing.T) *redis.Options{
-		"miniredis": func(t *testing.T) *redis.Options {
-			opts, stop, err := redisOptions("")
-			require.NoError(t, err)
-			t.Cleanup(stop)
-			return opts
-		},
-		"redis-server": func(t *testing.T) *redis.Options {
+	miniRedis := func(t *testing.T) *redis.Options {
+		opts, stop, err := redisOptions("")
+		require.NoError(t, err)
+		t.Cleanup(stop)
+		return opts
+	}
+	for _, tt := range []struct {
+		name  string
+		redis func(t *testing.T) *redis.Options
+		db    func(t *testing.T) string // -db
+	}{
+		{name: "miniredis+sqlite", redis: miniRedis, db: func(*testing.T) string { return "" }},
+		{name: "redis-server+sqlite", redis: func(t *testing.T) *redis.Options {
 			opts, _, err := redisOptions("redis://" + redistest.Start(t).Addr() + "/0")
 			require.NoError(t, err)
 			return opts
-		},
+		}, db: func(t *testing.T) string { return filepath.Join(t.TempDir(), "payments.db") }},
+		{name: "miniredis+postgres", redis: miniRedis, db: func(t *testing.T) string { return pgtest.Shared(t).CreateDB(t) }},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			db := testDatabase(t, tt.db(t))
 			var out bytes.Buffer
-			require.NoError(t, runDemo(&out, opts(t)), out.String())
+			require.NoError(t, runDemo(&out, tt.redis(t), db), out.String())
 			s := out.String()
 			t.Log("\n" + s)
 			for _, want := range []string{
@@ -41,7 +52,9 @@ func TestDemo(t *testing.T) {
 				"dies (kill -9)",
 				"attempt 2 finds charge ch_0004 at the provider: not charging again",
 				`200 OK {"id":"ch_0004"`,
-				"4 intents, 4 charges",
+				"Redis loses the record of the operation",
+				"attempt 1 finds payment ch_0005 committed in the database: answering it",
+				"5 intents, 5 charges, 5 ledger entries",
 			} {
 				require.Contains(t, s, want)
 			}
@@ -49,12 +62,22 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// testDatabase opens the database named like -db, closed by t.Cleanup.
+func testDatabase(t *testing.T, name string) *database {
+	t.Helper()
+	db, stop, err := openDatabase(context.Background(), name)
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	return db
+}
+
 func TestServeReplica(t *testing.T) {
 	opts, stop, err := redisOptions("")
 	require.NoError(t, err)
 	t.Cleanup(stop)
 	p := NewProvider(0)
-	r, err := startReplica("replica 1", "127.0.0.1:0", opts, p, time.Second, discard, t.Logf)
+	db := testDatabase(t, "")
+	r, err := startReplica("replica 1", "127.0.0.1:0", opts, db, p, time.Second, discard, t.Logf)
 	require.NoError(t, err)
 	t.Cleanup(r.close)
 
@@ -91,4 +114,14 @@ func TestServeReplica(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, send("POST", "/payments", "nope", key, ``).StatusCode)
 	require.Equal(t, http.StatusOK, send("GET", first.Header.Get("Location"), "sk_test_alice", "", ``).StatusCode)
 	require.Equal(t, http.StatusNotFound, send("GET", first.Header.Get("Location"), "sk_test_bob", "", ``).StatusCode)
+	booked, err := db.ledgerEntries(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, booked, "Alice's payment and Bob's")
+}
+
+// TestMain stops the shared PostgreSQL when the tests are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.StopShared()
+	os.Exit(code)
 }

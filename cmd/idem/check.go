@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+)
+
+// server is what check reports of one server.
+type server struct {
+	name        string
+	info        map[string]string // INFO server, replication, persistence, memory
+	save        string            // CONFIG GET save; "?" when CONFIG is not available
+	persistence string
+	warnings    []string
+}
+
+// check reports every server and runs idem's own start-up check.
+func check(ctx context.Context, e *env, strict bool) error {
+	if len(e.args) > 0 {
+		return usageError(e, fmt.Sprintf("check takes no arguments, got %q", e.args))
+	}
+	var (
+		mu      sync.Mutex
+		servers []*server
+	)
+	err := forEachServer(ctx, e, func(ctx context.Context, c *redis.Client, name string) error {
+		s, err := describe(ctx, c, name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		servers = append(servers, s)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(servers, func(a, b *server) int { return strings.Compare(a.name, b.name) })
+	for _, s := range servers {
+		s.print(e.stdout)
+	}
+
+	// idem's own verdict: RedisStore.Check refuses what it cannot use and
+	// logs what it warns about.
+	var warnings warningLog
+	checkErr := idem.NewRedisStore(e.client, idem.WithStoreLogger(slog.New(&warnings))).Check(ctx)
+	for _, s := range servers {
+		warnings.add(s.warnings...)
+	}
+	for _, w := range warnings.lines {
+		fmt.Fprintf(e.stdout, "warning: %s\n", w)
+	}
+	switch {
+	case checkErr != nil:
+		return checkErr
+	case strict && len(warnings.lines) > 0:
+		return fmt.Errorf("%d warning(s) (-strict)", len(warnings.lines))
+	}
+	fmt.Fprintf(e.stdout, "ok: idem can use %s (%d warning(s))\n", e.target, len(warnings.lines))
+	return nil
+}
+
+// describe reads one server's INFO and persistence settings.
+func describe(ctx context.Context, c *redis.Client, name string) (*server, error) {
+	text, err := c.Info(ctx, "server", "replication", "persistence", "memory").Result()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{name: name, info: parseInfo(text), save: "?"}
+	if cfg, err := c.ConfigGet(ctx, "save").Result(); err == nil {
+		s.save = cfg["save"]
+	}
+	aof := s.info["aof_enabled"] == "1"
+	switch {
+	case aof && s.save != "" && s.save != "?":
+		s.persistence = fmt.Sprintf("AOF on, RDB snapshots (save %q)", s.save)
+	case aof:
+		s.persistence = "AOF on"
+	case s.save == "":
+		s.persistence = "none (AOF off, no RDB snapshots)"
+		s.warnings = append(s.warnings, name+": no persistence: a restart forgets every claim and stored result, and the keys run again")
+	case s.save == "?":
+		s.persistence = "AOF off, RDB snapshots unknown (CONFIG GET not allowed)"
+	default:
+		s.persistence = fmt.Sprintf("AOF off, RDB snapshots only (save %q): a restart loses the writes since the last one", s.save)
+	}
+	return s, nil
+}
+
+func (s *server) print(w io.Writer) {
+	in := s.info
+	mode := in["redis_mode"]
+	if mode == "" {
+		mode = "standalone"
+	}
+	fmt.Fprintf(w, "%s: Redis %s, %s, %s\n", s.name, in["redis_version"], mode, in["role"])
+	limit := "no maxmemory"
+	if in["maxmemory"] != "" && in["maxmemory"] != "0" {
+		limit = "maxmemory " + in["maxmemory_human"]
+	}
+	fmt.Fprintf(w, "  %-12s maxmemory-policy %s, %s, used %s\n", "eviction", in["maxmemory_policy"], limit, in["used_memory_human"])
+	fmt.Fprintf(w, "  %-12s %s\n", "persistence", s.persistence)
+	fmt.Fprintf(w, "  %-12s %s\n", "replicas", replicas(in))
+}
+
+// replicas describes the replicas INFO replication lists on a master.
+func replicas(info map[string]string) string {
+	if info["role"] != "master" {
+		return "this server is a replica of " + info["master_host"] + ":" + info["master_port"]
+	}
+	n, _ := strconv.Atoi(info["connected_slaves"])
+	if n == 0 {
+		return "none: a failover has no copy to promote"
+	}
+	var list []string
+	for i := range n {
+		f := fields(info["slave"+strconv.Itoa(i)])
+		list = append(list, fmt.Sprintf("%s:%s %s, lag %ss", f["ip"], f["port"], f["state"], f["lag"]))
+	}
+	return fmt.Sprintf("%d (%s); without idem.WithReplicaAck a failover can lose the last claims and results", n, strings.Join(list, "; "))
+}
+
+// parseInfo parses an INFO reply into its fields.
+func parseInfo(text string) map[string]string {
+	m := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":"); ok && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// fields parses "ip=127.0.0.1,port=6380,state=online".
+func fields(s string) map[string]string {
+	m := map[string]string{}
+	for kv := range strings.SplitSeq(s, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// warningLog is a slog.Handler that keeps warnings as lines.
+type warningLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *warningLog) add(lines ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, lines...)
+}
+
+func (l *warningLog) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn
+}
+
+func (l *warningLog) Handle(_ context.Context, r slog.Record) error {
+	line := strings.TrimPrefix(r.Message, "idem: ")
+	r.Attrs(func(a slog.Attr) bool {
+		line += fmt.Sprintf(" (%s %v)", a.Key, a.Value)
+		return true
+	})
+	l.add(line)
+	return nil
+}
+
+func (l *warningLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *warningLog) WithGroup(string) slog.Handler      { return l }

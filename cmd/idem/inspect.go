@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// inspection is the output of inspect -json: one object per operation.
+type inspection struct {
+	Kind        string            `json:"kind"`
+	Scope       string            `json:"scope,omitempty"`
+	Key         string            `json:"key"`
+	ID          string            `json:"id"`
+	RecordKey   string            `json:"record_key"`
+	LeaseKey    string            `json:"lease_key"`
+	State       string            `json:"state"` // absent, in_progress, completed
+	Fence       int64             `json:"fence"`
+	Held        bool              `json:"held"` // a live lease holds the operation
+	Owner       string            `json:"owner,omitempty"`
+	LeaseHolder string            `json:"lease_holder,omitempty"`
+	LeaseTTLMs  int64             `json:"lease_ttl_ms,omitempty"`
+	Fingerprint string            `json:"fingerprint,omitempty"`
+	Created     *time.Time        `json:"created,omitempty"`
+	TTLMs       int64             `json:"ttl_ms,omitempty"`
+	Checkpoints map[string][]byte `json:"checkpoints,omitempty"` // values base64, as encoding/json writes []byte
+	Result      *result           `json:"result,omitempty"`
+}
+
+type result struct {
+	Type    string              `json:"type"`
+	Status  int                 `json:"status,omitempty"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Size    int                 `json:"size"`
+	Error   string              `json:"error,omitempty"`
+}
+
+// newInspection converts what the store found.
+func newInspection(op operation, in *idem.Inspection) *inspection {
+	out := &inspection{Kind: op.kind.String(), Scope: op.scope, Key: op.key, ID: in.ID,
+		RecordKey: in.RecordKey, LeaseKey: in.LeaseKey, State: "absent", Held: in.Held(), LeaseHolder: in.LeaseHolder}
+	r := in.Record
+	if r == nil {
+		return out
+	}
+	out.State = "in_progress"
+	if r.State == idem.StateCompleted {
+		out.State = "completed"
+	}
+	created := r.Created.UTC()
+	out.Fence, out.Owner, out.Fingerprint, out.Created = r.Fence, r.Owner, r.Fingerprint, &created
+	out.TTLMs, out.LeaseTTLMs, out.Checkpoints = r.TTL.Milliseconds(), r.LeaseTTL.Milliseconds(), r.Checkpoints
+	if res := in.Result; res != nil {
+		out.Result = &result{Type: res.Type, Status: res.Status, Headers: res.Header, Size: res.Size, Error: res.Error}
+	}
+	return out
+}
+
+// inspect prints one operation.
+func inspect(ctx context.Context, e *env, flags *operationFlags, jsonOut bool) error {
+	op, err := flags.operation(e)
+	if err != nil {
+		return err
+	}
+	in, err := op.store.Inspect(ctx, op.id)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", op.recordKey(), err)
+	}
+	out := newInspection(op, in)
+	if jsonOut {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(out)
+	}
+	printInspection(e.stdout, out, time.Now())
+	return nil
+}
+
+// printInspection prints an inspection for people.
+func printInspection(w io.Writer, in *inspection, now time.Time) {
+	row := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "%-12s %s\n", name, fmt.Sprintf(format, args...))
+	}
+	what := in.Kind + " key " + strconv.Quote(in.Key)
+	if in.Scope != "" {
+		what += " in scope " + strconv.Quote(in.Scope)
+	}
+	row("operation", "%s", what)
+	row("id", "%s", in.ID)
+	row("record", "%s", in.RecordKey)
+	switch {
+	case in.State == "absent" && in.Held:
+		row("state", "absent, but a lease without a record is held by %s", in.LeaseHolder)
+		return
+	case in.State == "absent":
+		row("state", "absent: no record (never used, expired or forgotten); the next request with this key runs as new")
+		return
+	case in.State == "completed":
+		row("state", "completed: repeats get the stored result")
+	case in.Held:
+		row("state", "in_progress, held: an attempt is running; repeats are busy for %v", ms(in.LeaseTTLMs))
+	default:
+		row("state", "in_progress, not held: released or abandoned; the next request takes over as attempt %d", in.Fence+1)
+	}
+	row("fence", "%d", in.Fence)
+	row("created", "%s (%v ago)", in.Created.Format(time.RFC3339), now.Sub(*in.Created).Round(time.Second))
+	row("expires", "in %v", ms(in.TTLMs))
+	row("owner", "%s", in.Owner)
+	if in.Held {
+		row("lease", "held by %s for %v more", in.LeaseHolder, ms(in.LeaseTTLMs))
+	} else {
+		row("lease", "none")
+	}
+	row("fingerprint", "%s", in.Fingerprint)
+	if r := in.Result; r != nil {
+		printResult(row, r)
+	}
+	if in.State == "in_progress" {
+		row("checkpoints", "%d", len(in.Checkpoints))
+		for _, name := range slices.Sorted(maps.Keys(in.Checkpoints)) {
+			fmt.Fprintf(w, "  %s = %s\n", strconv.Quote(name), quoteValue(in.Checkpoints[name]))
+		}
+	}
+}
+
+func printResult(row func(name, format string, args ...any), r *result) {
+	switch r.Type {
+	case "response":
+		row("result", "HTTP response %d, body %d B", r.Status, r.Size)
+	case "response-not-stored":
+		row("result", "HTTP response %d too large to store: repeats get a problem saying so", r.Status)
+	case "error":
+		row("result", "error (idem.Permanent): %s", strconv.Quote(r.Error))
+	default:
+		row("result", "%s, %d B", r.Type, r.Size)
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
+		for _, v := range r.Headers[name] {
+			row("", "%s: %s", name, v)
+		}
+	}
+}
+
+// quoteValue shows a checkpoint value: quoted, and cut after 200 bytes.
+func quoteValue(v []byte) string {
+	if len(v) > 200 {
+		return strconv.Quote(string(v[:200])) + fmt.Sprintf("... (%d B)", len(v))
+	}
+	return strconv.Quote(string(v))
+}
+
+// ms returns n milliseconds, rounded for people: to the second from a
+// minute, else to a tenth of a second.
+func ms(n int64) time.Duration {
+	d := time.Duration(n) * time.Millisecond
+	if d >= time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+// forget deletes one operation's record and lease.
+func forget(ctx context.Context, e *env, flags *operationFlags, force, yes bool) error {
+	op, err := flags.operation(e)
+	if err != nil {
+		return err
+	}
+	in, err := op.store.Inspect(ctx, op.id)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", op.recordKey(), err)
+	}
+	found := newInspection(op, in)
+	if found.State == "absent" && !found.Held {
+		fmt.Fprintf(e.stdout, "nothing to forget: no record at %s\n", in.RecordKey)
+		return nil
+	}
+	if !yes {
+		printInspection(e.stdout, found, time.Now())
+		return errors.New("not forgotten: pass -yes to delete this record")
+	}
+	if in.Held() && !force {
+		return refusal(found.LeaseTTLMs)
+	}
+	deleted, err := op.store.Forget(ctx, op.id, force)
+	var busy *idem.InProgressError
+	switch {
+	case errors.As(err, &busy):
+		return refusal(busy.RetryAfter.Milliseconds())
+	case err != nil:
+		return fmt.Errorf("deleting %s: %w", in.RecordKey, err)
+	case !deleted:
+		fmt.Fprintf(e.stdout, "nothing to forget: the record at %s is gone already\n", in.RecordKey)
+		return nil
+	}
+	state := found.State
+	if found.Held {
+		state += ", held"
+	}
+	fmt.Fprintf(e.stdout, "forgot %s (%s, fence %d): the next request with this key runs as new\n", in.RecordKey, state, found.Fence)
+	return nil
+}
+
+func refusal(leaseMs int64) error {
+	return fmt.Errorf("refused: a live lease holds the operation for %v more (an attempt is running); "+
+		"wait for it, or pass -force if its holder is dead (a retry may then run alongside it)", ms(leaseMs))
+}

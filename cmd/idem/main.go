@@ -1,0 +1,294 @@
+// Command idem inspects and clears the records that idem keeps in Redis, and
+// checks a Redis server for idem.
+//
+//	idem inspect -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+//	idem forget  -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+//	idem scan    -redis URL [-prefix P] [-sample N] [-json]
+//	idem check   -redis URL [-strict]
+//
+// inspect shows one operation: its state (absent, in_progress, completed),
+// fence, lease and its holder, checkpoints, creation time, remaining TTL and,
+// once completed, what a repeat gets (status, headers and body size of a
+// stored response; type and size of a stored result). KEY is the key as the
+// application received it (for http, bare or quoted as in the header); -kind
+// says which API ran it (Do: do, the default; Guard.Once: once; the HTTP
+// middleware: http) and -scope, for http, the value of the middleware's
+// WithScope for the request.
+//
+// forget deletes an operation's record and lease so that its key runs again
+// as new; it changes nothing without -yes, and refuses while a live lease
+// holds the operation unless -force is given.
+//
+// scan samples the records under the prefix with SCAN (never KEYS) and
+// reports their count by state and the distribution of their memory and TTL.
+// check reports the Redis version, eviction policy, persistence and replicas
+// of every server, and fails for a server idem cannot use.
+//
+// URL is one of
+//
+//	redis://[user:password@]host[:port][/db][?option=value...]     one server (rediss:// for TLS)
+//	redis+sentinel://[user:password@]host[:port][,host[:port]...]/master[/db][?option=value...]
+//	redis+cluster://[user:password@]host[:port][,host[:port]...][?option=value...]
+//
+// For Sentinel, the hosts are the Sentinels (default port 26379), master is
+// the monitored master's name, and user and password are the data nodes';
+// the options sentinel_username and sentinel_password authenticate to the
+// Sentinels. For Redis Cluster, the hosts are any of its nodes. The options
+// are go-redis's URL options (dial_timeout=3s, read_timeout=5s, ...); the
+// rediss+sentinel and rediss+cluster schemes use TLS. Without -redis, the
+// URL is taken from the REDIS_URL environment variable.
+//
+// Exit status: 0 on success, 1 when the command failed (the reason is one
+// line on standard error), 2 for a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// errUsage marks a usage error; the flag set has printed the details.
+var errUsage = errors.New("usage")
+
+const usage = `usage:
+  idem inspect -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+  idem forget  -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+  idem scan    -redis URL [-prefix P] [-sample N] [-json]
+  idem check   -redis URL [-strict]
+URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
+Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
+`
+
+// command is one subcommand: its flags, bound to its own options, and its
+// action, run once the flags are parsed.
+type command struct {
+	fs  *flag.FlagSet
+	run func(ctx context.Context, env *env) error
+}
+
+// env is what a command works with once its flags are parsed.
+type env struct {
+	name           string // the command's name
+	stdout, stderr io.Writer
+	args           []string // positional arguments
+	client         redis.UniversalClient
+	target         string // where client points, for messages
+}
+
+// run runs the command line args and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	redis.SetLogger(quietLogger{})
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	name := args[0]
+	var common commonFlags
+	cmd, ok := commands(name, &common)
+	if !ok {
+		fmt.Fprintf(stderr, "idem: unknown command %q\n%s", name, usage)
+		return exitUsage
+	}
+	cmd.fs.SetOutput(stderr)
+	if err := cmd.fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	err := common.execute(ctx, cmd, &env{name: name, stdout: stdout, stderr: stderr, args: cmd.fs.Args()})
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errUsage):
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "idem %s: %v\n", name, err)
+	return exitFail
+}
+
+// commonFlags are the flags every command has.
+type commonFlags struct {
+	redisURL string
+	timeout  time.Duration
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis+sentinel:// or redis+cluster:// (default $REDIS_URL)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up after this long")
+}
+
+// execute connects to Redis and runs cmd within the timeout.
+func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
+	if c.redisURL == "" {
+		c.redisURL = os.Getenv("REDIS_URL") // not the flag's default: -h would print its password
+	}
+	if c.redisURL == "" {
+		return usageError(e, "no Redis: pass -redis URL or set REDIS_URL")
+	}
+	client, target, err := connect(c.redisURL)
+	if err != nil {
+		return usageError(e, "-redis: "+err.Error())
+	}
+	defer client.Close()
+	e.client, e.target = client, target
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	err = cmd.run(ctx, e)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, errUsage) {
+		return fmt.Errorf("%s: no answer within %v (-timeout): %w", target, c.timeout, err)
+	}
+	return err
+}
+
+// commands returns the command called name, with its flags registered.
+func commands(name string, common *commonFlags) (*command, bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	common.register(fs)
+	var run func(ctx context.Context, e *env) error
+	switch name {
+	case "inspect":
+		o := registerOperationFlags(fs)
+		jsonOut := fs.Bool("json", false, "print one JSON object")
+		run = func(ctx context.Context, e *env) error { return inspect(ctx, e, o, *jsonOut) }
+	case "forget":
+		o := registerOperationFlags(fs)
+		force := fs.Bool("force", false, "delete even while a live lease holds the operation (its holder loses it)")
+		yes := fs.Bool("yes", false, "really delete; without it, forget shows what it would delete and exits 1")
+		run = func(ctx context.Context, e *env) error { return forget(ctx, e, o, *force, *yes) }
+	case "scan":
+		prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix)")
+		sample := fs.Int("sample", 1000, "records to sample; 0 scans every record")
+		jsonOut := fs.Bool("json", false, "print one JSON object")
+		run = func(ctx context.Context, e *env) error { return scan(ctx, e, *prefix, *sample, *jsonOut) }
+	case "check":
+		strict := fs.Bool("strict", false, "exit 1 on warnings too")
+		run = func(ctx context.Context, e *env) error { return check(ctx, e, *strict) }
+	default:
+		return nil, false
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage of idem %s:\n", name)
+		fs.PrintDefaults()
+	}
+	return &command{fs: fs, run: run}, true
+}
+
+// operationFlags name one operation.
+type operationFlags struct {
+	prefix, kind, scope string
+}
+
+func registerOperationFlags(fs *flag.FlagSet) *operationFlags {
+	o := &operationFlags{}
+	fs.StringVar(&o.prefix, "prefix", "idem", "key `prefix` of the store (idem.WithPrefix)")
+	fs.StringVar(&o.kind, "kind", "do", "what ran the operation: do (idem.Do), once (Guard.Once) or http (Guard.Middleware)")
+	fs.StringVar(&o.scope, "scope", "", "the request's scope (WithScope), for -kind http")
+	return o
+}
+
+// operation resolves the flags and the KEY argument into an operation.
+func (o *operationFlags) operation(e *env) (operation, error) {
+	var op operation
+	switch len(e.args) {
+	case 0:
+		return op, usageError(e, "missing KEY")
+	case 1:
+	default:
+		return op, usageError(e, fmt.Sprintf("one KEY expected, got %d arguments (flags go before the key)", len(e.args)))
+	}
+	for _, k := range []idem.Kind{idem.KindDo, idem.KindOnce, idem.KindHTTP} {
+		if k.String() == o.kind {
+			op.kind = k
+		}
+	}
+	switch {
+	case op.kind == 0:
+		return op, usageError(e, fmt.Sprintf("-kind %q: want do, once or http", o.kind))
+	case o.scope != "" && op.kind != idem.KindHTTP:
+		return op, usageError(e, "-scope applies to -kind http only: Do keys and Once ids have no scope")
+	}
+	op.scope, op.key = o.scope, e.args[0]
+	if op.kind == idem.KindHTTP && strings.HasPrefix(op.key, `"`) {
+		key, ok := unquote(op.key)
+		if !ok {
+			return op, usageError(e, fmt.Sprintf("KEY %s: a quoted key must be an RFC 8941 string, as the middleware reads it", op.key))
+		}
+		op.key = key
+	}
+	op.id = idem.OperationID(op.kind, op.scope, op.key)
+	op.store = idem.NewRedisStore(e.client, idem.WithPrefix(o.prefix))
+	return op, nil
+}
+
+// operation is one operation, named as its user knows it.
+type operation struct {
+	kind       idem.Kind
+	scope, key string
+	id         string
+	store      *idem.RedisStore
+}
+
+// unquote reads an Idempotency-Key sent as an RFC 8941 string, as the
+// middleware does: in double quotes, with \" and \\ the only escapes.
+func unquote(v string) (string, bool) {
+	if len(v) < 2 || v[len(v)-1] != '"' {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(v)-1; i++ {
+		c := v[i]
+		switch {
+		case c == '\\' && i+1 < len(v)-1 && (v[i+1] == '"' || v[i+1] == '\\'):
+			i++
+			c = v[i]
+		case c == '\\' || c == '"':
+			return "", false
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), true
+}
+
+// recordKey returns the Redis key of the operation's record.
+func (op operation) recordKey() string {
+	k, _ := op.store.Keys(op.id)
+	return k
+}
+
+// usageError prints a usage error and returns errUsage.
+func usageError(e *env, msg string) error {
+	fmt.Fprintf(e.stderr, "idem %s: %s\n", e.name, msg)
+	return errUsage
+}

@@ -1,0 +1,218 @@
+package idemtest
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// MemoryStore is an idem.Store that keeps its records in memory, for unit
+// tests of code that uses idem: no Redis, no network, no goroutines. It
+// follows the store contract (it passes Run) and implements
+// idem.StoreReader, so a test can look at what was stored:
+//
+//	rec, _ := store.Read(ctx, idem.OperationID(idem.KindDo, "", key))
+//
+// Its clock is the wall clock plus what Advance added, so a test can let a
+// lease or a record expire without sleeping. Records live in one process
+// only: a MemoryStore is not shared between replicas and is not meant for
+// production. Its methods are safe for concurrent use.
+type MemoryStore struct {
+	mu      sync.Mutex
+	skew    time.Duration // added to the wall clock by Advance
+	records map[string]*memRecord
+	leases  map[string]memLease
+}
+
+// memRecord is one operation's record.
+type memRecord struct {
+	completed   bool
+	fence       int64
+	owner, fp   string
+	created     time.Time
+	checkpoints map[string][]byte // unfinished records
+	payload     []byte            // completed records
+	expires     time.Time
+}
+
+// memLease is one operation's lease.
+type memLease struct {
+	owner   string
+	expires time.Time
+}
+
+var (
+	_ idem.Store       = (*MemoryStore)(nil)
+	_ idem.StoreReader = (*MemoryStore)(nil)
+)
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{records: map[string]*memRecord{}, leases: map[string]memLease{}}
+}
+
+// Advance moves the store's clock forward by d: leases and records expire as
+// if d had passed. A running attempt whose lease expires this way loses it at
+// its next heartbeat, as a holder that froze would.
+func (s *MemoryStore) Advance(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.skew += max(d, 0)
+}
+
+// lock locks the store and returns its current time, after dropping what
+// expired.
+func (s *MemoryStore) lock() time.Time {
+	s.mu.Lock()
+	now := time.Now().Add(s.skew)
+	for id, r := range s.records {
+		if !now.Before(r.expires) {
+			delete(s.records, id)
+		}
+	}
+	for id, l := range s.leases {
+		if !now.Before(l.expires) {
+			delete(s.leases, id)
+		}
+	}
+	return now
+}
+
+// Claim implements idem.Store.
+func (s *MemoryStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	r, l := s.records[id], s.leases[id]
+	held := l.owner != ""
+	switch {
+	case r == nil && held:
+		return idem.ClaimResult{Status: idem.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
+	case r == nil:
+		r = &memRecord{fence: 1, created: now.Truncate(time.Second)}
+		s.records[id] = r
+	case r.fp != c.Fingerprint:
+		return idem.ClaimResult{Status: idem.ClaimMismatch}, nil
+	case r.completed:
+		return idem.ClaimResult{Status: idem.ClaimCompleted, Payload: clone(r.payload)}, nil
+	case r.owner == c.Owner && (!held || l.owner == c.Owner):
+		// A re-sent claim: renew the lease, keep the record as it is.
+		s.leases[id] = memLease{owner: c.Owner, expires: now.Add(c.Lease)}
+		return idem.ClaimResult{Status: idem.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
+	case held:
+		return idem.ClaimResult{Status: idem.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
+	default:
+		r.fence++ // taking over an unfinished record whose lease is gone
+	}
+	r.owner, r.fp, r.expires = c.Owner, c.Fingerprint, now.Add(c.TTL)
+	s.leases[id] = memLease{owner: c.Owner, expires: now.Add(c.Lease)}
+	return idem.ClaimResult{Status: idem.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
+}
+
+// Heartbeat implements idem.Store.
+func (s *MemoryStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	if s.leases[id].owner != owner {
+		return idem.ErrLeaseLost
+	}
+	s.leases[id] = memLease{owner: owner, expires: now.Add(lease)}
+	return nil
+}
+
+// Checkpoint implements idem.Store.
+func (s *MemoryStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.lock()
+	defer s.mu.Unlock()
+	r := s.records[id]
+	if r == nil || r.completed || r.owner != owner {
+		return idem.ErrLeaseLost
+	}
+	if r.checkpoints == nil {
+		r.checkpoints = map[string][]byte{}
+	}
+	r.checkpoints[name] = clone(value)
+	return nil
+}
+
+// Complete implements idem.Store.
+func (s *MemoryStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	r := s.records[id]
+	switch {
+	case r == nil || r.owner != owner:
+		return idem.ErrLeaseLost
+	case r.completed:
+		return nil // a re-sent complete
+	}
+	r.completed, r.payload, r.checkpoints, r.expires = true, clone(payload), nil, now.Add(retention)
+	delete(s.leases, id)
+	return nil
+}
+
+// Release implements idem.Store.
+func (s *MemoryStore) Release(ctx context.Context, id, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.lock()
+	defer s.mu.Unlock()
+	r := s.records[id]
+	if r == nil || r.completed || r.owner != owner {
+		return idem.ErrLeaseLost
+	}
+	if s.leases[id].owner == owner {
+		delete(s.leases, id)
+	}
+	return nil
+}
+
+// Read implements idem.StoreReader.
+func (s *MemoryStore) Read(ctx context.Context, id string) (*idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	r := s.records[id]
+	if r == nil {
+		return nil, nil
+	}
+	rec := &idem.Record{State: idem.StateInProgress, Fence: r.fence, Owner: r.owner, Fingerprint: r.fp,
+		Checkpoints: cloneMap(r.checkpoints), Created: r.created, TTL: r.expires.Sub(now)}
+	if r.completed {
+		rec.State, rec.Payload = idem.StateCompleted, clone(r.payload)
+	}
+	if l, ok := s.leases[id]; ok {
+		rec.LeaseTTL = l.expires.Sub(now)
+	}
+	return rec, nil
+}
+
+func clone(b []byte) []byte { return append([]byte{}, b...) }
+
+func cloneMap(m map[string][]byte) map[string][]byte {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string][]byte, len(m))
+	for k, v := range maps.All(m) {
+		out[k] = clone(v)
+	}
+	return out
+}
