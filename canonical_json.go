@@ -2,7 +2,7 @@ package idem
 
 import (
 	"bytes"
-	"slices"
+	"math"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -10,39 +10,90 @@ import (
 // maxJSONDepth bounds the nesting canonicalJSON accepts, as encoding/json does.
 const maxJSONDepth = 10000
 
+// maxMoves bounds how often a byte may be rewritten with the objects out of
+// order around it as soon as they are parsed (see place).
+const maxMoves = 3
+
 // canonicalJSON appends to dst the canonical form of the JSON text src and
-// reports whether src is exactly one JSON value. The canonical form has no
-// insignificant whitespace, object members sorted by key (members with equal
-// keys by value), strings with only the escapes JSON requires (", \ and
-// control characters, the short forms where they exist), and numbers as
+// reports whether src is exactly one JSON value whose objects have distinct
+// member names. The canonical form has no insignificant whitespace, object
+// members sorted by name, strings with only the escapes JSON requires (", \
+// and control characters, the short forms where they exist), and numbers as
 // written. Two texts that encoding/json with UseNumber decodes to equal
-// values without duplicate keys have one canonical form.
+// values have one canonical form.
+//
+// A text with an object whose member names encoding/json may take for one
+// (equal once decoded, or once case-folded as encoding/json matches struct
+// fields: "amount" and "Amount") has no canonical form: decoders keep the
+// last of them or one of them, so reordering such members could change
+// what the text means. The caller compares such a text byte for byte.
+//
+// It runs in time linear in len(src), plus the sorting of each object's
+// members: every byte is written once while parsing, and an object out of
+// order is rewritten either at once, when nothing inside it waits (see
+// place), or in one final pass (rewrite), so that no byte moves more than
+// a few times however deep the objects nest.
 func canonicalJSON(dst, src []byte) ([]byte, bool) {
 	c := canonicalizer{src: src, dst: dst}
 	return c.run()
 }
 
+// canonicalizer holds the state of one canonicalisation. Its buffers may be
+// reused (reset) for the next.
+type canonicalizer struct {
+	src, dst []byte
+	i        int
+	members  []member  // a stack: the members of the objects being parsed
+	objs     []reorder // the objects out of order that wait for rewrite, as they closed
+	sorted   []member  // their members, in order (objs[k].m0 to m1)
+	folds    []member  // scratch for the case-folding check
+	tops     []int     // a stack of indexes in objs, for the rewrite
+	tmp      []byte    // the other buffer, for rewriting
+	moves    int       // how often the bytes of the last value were rewritten, at most
+	dupKeys  bool      // an object had two members that may be taken for one
+}
+
+// member is an object member written at dst[start:end], its name (with
+// quotes) ending at keyEnd. (Small, for sorting.)
+type member struct{ start, keyEnd, end int32 }
+
+// reorder is an object written at dst[open:close+1] whose members are out
+// of order: sorted[m0:m1] lists them in order. The objects of
+// objs[inner:] up to its own index closed inside it (objs is in closing
+// order).
+type reorder struct{ open, close, m0, m1, inner int32 }
+
+// run canonicalises c.src after the bytes c.dst holds.
 func (c *canonicalizer) run() ([]byte, bool) {
 	dst := c.dst
+	if len(c.dst)+len(c.src) > math.MaxInt32 {
+		return dst, false // positions are int32; the output is never longer than the input
+	}
 	c.space()
 	if !c.value(0) {
 		return dst, false
 	}
 	c.space()
-	return c.dst, c.i == len(c.src)
+	if c.i != len(c.src) {
+		return dst, false
+	}
+	if len(c.objs) > 0 {
+		c.rewrite()
+	}
+	return c.dst, true
 }
 
-type canonicalizer struct {
-	src, dst []byte
-	i        int
-	members  []member // a stack: the members of the objects being parsed
-	tmp      []byte
-	dupKeys  bool // an object had two members with one key (for tests)
+// reset readies c for another run that appends to dst.
+func (c *canonicalizer) reset(dst []byte) {
+	c.src, c.dst, c.i, c.moves, c.dupKeys = nil, dst[:0], 0, 0, false
+	c.members, c.objs, c.sorted, c.folds, c.tops = c.members[:0], c.objs[:0], c.sorted[:0], c.folds[:0], c.tops[:0]
 }
 
-// member is an object member written at dst[start:end], its key (with
-// quotes) ending at keyEnd.
-type member struct{ start, keyEnd, end int }
+// small reports whether c's buffers are small enough to keep for reuse.
+func (c *canonicalizer) small(limit int) bool {
+	return cap(c.dst) <= limit && cap(c.tmp) <= limit && cap(c.members) <= limit/32 &&
+		cap(c.objs) <= limit/64 && cap(c.sorted) <= limit/32 && cap(c.folds) <= limit/32 && cap(c.tops) <= limit/8
+}
 
 func (c *canonicalizer) space() {
 	for c.i < len(c.src) {
@@ -117,10 +168,14 @@ func (c *canonicalizer) array(depth int) bool {
 	}
 }
 
+// object copies an object with its members as they come, then puts them in
+// order (see place).
 func (c *canonicalizer) object(depth int) bool {
 	c.i++
+	open := len(c.dst)
 	c.dst = append(c.dst, '{')
-	start := len(c.dst)
+	inner, outer := len(c.objs), c.moves
+	c.moves = 0
 	base := len(c.members)
 	defer func() { c.members = c.members[:base] }()
 	c.space()
@@ -134,11 +189,11 @@ func (c *canonicalizer) object(depth int) bool {
 		if c.i >= len(c.src) || c.src[c.i] != '"' {
 			return false
 		}
-		m := member{start: len(c.dst)}
+		m := member{start: int32(len(c.dst))}
 		if !c.str() {
 			return false
 		}
-		m.keyEnd = len(c.dst)
+		m.keyEnd = int32(len(c.dst))
 		c.space()
 		if c.i >= len(c.src) || c.src[c.i] != ':' {
 			return false
@@ -149,7 +204,7 @@ func (c *canonicalizer) object(depth int) bool {
 		if !c.value(depth + 1) {
 			return false
 		}
-		m.end = len(c.dst)
+		m.end = int32(len(c.dst))
 		c.members = append(c.members, m)
 		c.space()
 		if c.i >= len(c.src) {
@@ -165,35 +220,12 @@ func (c *canonicalizer) object(depth int) bool {
 		c.i++
 		c.dst = append(c.dst, ',')
 	}
-	ms := c.members[base:]
-	if !slices.IsSortedFunc(ms, c.compare) {
-		// Rewrite the members in order, from a copy.
-		c.tmp = append(c.tmp[:0], c.dst[start:]...)
-		slices.SortFunc(ms, c.compare)
-		c.dst = c.dst[:start]
-		for k, m := range ms {
-			if k > 0 {
-				c.dst = append(c.dst, ',')
-			}
-			c.dst = append(c.dst, c.tmp[m.start-start:m.end-start]...)
-		}
+	if !c.place(open, inner, c.members[base:]) {
+		return false
 	}
-	for k := 1; k < len(ms) && !c.dupKeys; k++ {
-		c.dupKeys = bytes.Equal(c.key(ms[k-1]), c.key(ms[k]))
-	}
+	c.moves = max(c.moves, outer)
 	c.dst = append(c.dst, '}')
 	return true
-}
-
-// key returns m's key without its quotes.
-func (c *canonicalizer) key(m member) []byte { return c.dst[m.start+1 : m.keyEnd-1] }
-
-// compare orders members by key, then by value.
-func (c *canonicalizer) compare(a, b member) int {
-	if k := bytes.Compare(c.key(a), c.key(b)); k != 0 {
-		return k
-	}
-	return bytes.Compare(c.dst[a.keyEnd:a.end], c.dst[b.keyEnd:b.end])
 }
 
 // str copies a string in canonical form: the escapes decoded, then only ",
@@ -231,7 +263,7 @@ func (c *canonicalizer) str() bool {
 		case 'b', 'f', 'n', 'r', 't':
 			c.dst = append(c.dst, '\\', e)
 		case 'u':
-			r, ok := c.hex4(c.i)
+			r, ok := parseHex4(c.src[c.i:])
 			if !ok {
 				return false
 			}
@@ -261,7 +293,7 @@ func (c *canonicalizer) lowSurrogate() (rune, bool) {
 	if c.i+6 > len(c.src) || c.src[c.i] != '\\' || c.src[c.i+1] != 'u' {
 		return 0, false
 	}
-	return c.hex4(c.i + 2)
+	return parseHex4(c.src[c.i+2:])
 }
 
 // appendRune writes a decoded \u escape in canonical form.
@@ -288,12 +320,13 @@ func (c *canonicalizer) appendRune(r rune) {
 	}
 }
 
-func (c *canonicalizer) hex4(i int) (rune, bool) {
-	if i+4 > len(c.src) {
+// parseHex4 decodes the four hex digits that s starts with.
+func parseHex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, h := range c.src[i : i+4] {
+	for _, h := range s[:4] {
 		switch {
 		case '0' <= h && h <= '9':
 			h -= '0'

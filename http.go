@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -19,178 +18,6 @@ const DefaultKeyHeader = "Idempotency-Key"
 // ReplayedHeader is the response header, set to "true", that marks a replayed
 // response (the name Stripe's client libraries read).
 const ReplayedHeader = "Idempotent-Replayed"
-
-const (
-	defaultMaxRequestBody  = 1 << 20
-	defaultMaxResponseBody = 1 << 20
-	// problemBase is where the problem types are explained.
-	problemBase = "https://github.com/idemkit/idem/blob/main/docs/http.md#"
-)
-
-// defaultStoredHeaders are the response headers stored and replayed unless
-// WithStoredHeaders adds more.
-var defaultStoredHeaders = []string{"Content-Type", "Location", "Content-Location", "Etag", "Last-Modified"}
-
-// forbiddenStoredHeaders are never stored: credentials and cookies must not be
-// handed to whoever repeats a key, and the framing headers belong to the
-// connection that carries the replay.
-var forbiddenStoredHeaders = []string{
-	"Set-Cookie", "Set-Cookie2", "Authorization", "Proxy-Authorization", "Proxy-Authenticate", "Www-Authenticate",
-	"Cookie", "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Trailer", "Upgrade",
-	ReplayedHeader,
-}
-
-// safeMethods never need a key; the middleware passes them through.
-var safeMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace}
-
-// HTTPOption configures Guard.Middleware.
-type HTTPOption func(*httpConfig)
-
-type httpConfig struct {
-	header      string
-	methods     []string
-	scope       func(*http.Request) string
-	optional    bool
-	cacheStatus func(code int) bool
-	stored      []string
-	maxRequest  int64
-	maxResponse int
-	errs        []string
-}
-
-func (c *httpConfig) fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Sprintf(format, args...))
-}
-
-// WithScope sets the function that returns the scope of a request's key: the
-// tenant, account or principal that owns it. Records are keyed by scope and
-// key, so equal keys sent by two scopes never meet. The default is one scope
-// for everyone, which is only right when one client owns the whole API: in a
-// multi-tenant API without a scope, a tenant that sends another tenant's key
-// receives that tenant's stored response. The function runs after the key is
-// validated and before the body is read; derive the scope from authenticated
-// identity, never from a header the client may set freely.
-func WithScope(f func(*http.Request) string) HTTPOption {
-	return func(c *httpConfig) {
-		if f == nil {
-			c.fail("WithScope(nil)")
-		}
-		c.scope = f
-	}
-}
-
-// WithMethods sets the methods that need a key; the default is POST and PATCH.
-// Requests with other methods pass through without touching the store. Safe
-// methods (GET, HEAD, OPTIONS, TRACE) are idempotent already and cannot be
-// configured: Middleware panics.
-func WithMethods(methods ...string) HTTPOption {
-	return func(c *httpConfig) {
-		if len(methods) == 0 {
-			c.fail("WithMethods with no method")
-		}
-		for _, m := range methods {
-			switch {
-			case m == "" || strings.ContainsAny(m, " \t\r\n"):
-				c.fail("WithMethods: invalid method %q", m)
-			case slices.Contains(safeMethods, m):
-				c.fail("WithMethods: %s is a safe method and needs no idempotency key", m)
-			}
-		}
-		c.methods = append([]string(nil), methods...)
-	}
-}
-
-// WithOptionalKey lets requests without a key through to the handler,
-// unprotected. By default the key is required: a request of a configured
-// method without one gets 400. A key that is present but invalid gets 400
-// either way.
-func WithOptionalKey() HTTPOption {
-	return func(c *httpConfig) { c.optional = true }
-}
-
-// WithCacheStatus sets which responses are stored and replayed, by status
-// code. A response that is not stored releases the key, so a retry runs the
-// handler again (with Attempt.Fence one higher). The default stores every
-// status except 5xx, 408, 409, 425 and 429, which say "try again".
-func WithCacheStatus(f func(code int) bool) HTTPOption {
-	return func(c *httpConfig) {
-		if f == nil {
-			c.fail("WithCacheStatus(nil)")
-		}
-		c.cacheStatus = f
-	}
-}
-
-// DefaultCacheStatus is the default of WithCacheStatus: it reports whether a
-// response with this status is stored, which is every status but 5xx, 408,
-// 409, 425 and 429.
-func DefaultCacheStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
-		return false
-	}
-	return code < 500
-}
-
-// WithKeyHeader sets the request header that carries the key. The default is
-// DefaultKeyHeader, Idempotency-Key.
-func WithKeyHeader(name string) HTTPOption {
-	return func(c *httpConfig) {
-		if name == "" || strings.ContainsAny(name, " \t\r\n:") {
-			c.fail("WithKeyHeader: invalid header name %q", name)
-		}
-		c.header = http.CanonicalHeaderKey(name)
-	}
-}
-
-// WithStoredHeaders adds response headers to those stored and replayed.
-// The default list is Content-Type, Location, Content-Location, ETag and
-// Last-Modified. Set-Cookie, Authorization and the other credential and
-// connection headers are never stored: naming one makes Middleware panic.
-func WithStoredHeaders(names ...string) HTTPOption {
-	return func(c *httpConfig) {
-		for _, n := range names {
-			n = http.CanonicalHeaderKey(n)
-			switch {
-			case n == "" || strings.ContainsAny(n, " \t\r\n:"):
-				c.fail("WithStoredHeaders: invalid header name %q", n)
-			case slices.Contains(forbiddenStoredHeaders, n):
-				c.fail("WithStoredHeaders: %s is never stored", n)
-			case !slices.Contains(c.stored, n):
-				c.stored = append(c.stored, n)
-			}
-		}
-	}
-}
-
-// WithMaxRequestBody sets the largest request body the middleware reads to
-// fingerprint it; a larger one gets 413 and the handler does not run. The
-// default is 1 MiB.
-func WithMaxRequestBody(n int64) HTTPOption {
-	return func(c *httpConfig) {
-		if n <= 0 {
-			c.fail("WithMaxRequestBody(%d): must be positive", n)
-		}
-		c.maxRequest = n
-	}
-}
-
-// WithMaxResponseBody sets the largest response body that is stored. The
-// default is 1 MiB. The middleware holds a response until its record is
-// committed; a response that grows past the limit is sent to the client as it
-// is written instead, and its record keeps only the status and the headers
-// that do not describe the body (Location and those added by
-// WithStoredHeaders). A repeat of the key does not run the handler again: it
-// gets that status and those headers with a problem body saying that the
-// response cannot be replayed (see docs/http.md). Zero stores no body at all.
-func WithMaxResponseBody(n int) HTTPOption {
-	return func(c *httpConfig) {
-		if n < 0 {
-			c.fail("WithMaxResponseBody(%d): must not be negative", n)
-		}
-		c.maxResponse = n
-	}
-}
 
 type attemptContextKey struct{}
 
@@ -211,24 +38,30 @@ func AttemptFrom(ctx context.Context) (*Attempt, bool) {
 //
 // For a request whose method is configured (WithMethods; default POST and
 // PATCH), the middleware reads the key from the Idempotency-Key header (a
-// plain value or an RFC 8941 quoted string) and the body (up to
-// WithMaxRequestBody), and fingerprints the request: method, path and query,
-// and body, where a JSON body (by Content-Type) is canonicalised so that
-// object key order and whitespace do not matter. Then:
+// plain value or an RFC 8941 quoted string), the scope (WithScope) and the
+// body (up to WithMaxRequestBody), and fingerprints the request: method,
+// path and query, and body, where a JSON body (by Content-Type) is
+// canonicalised so that object member order and whitespace do not matter
+// (a body whose objects repeat a member name is compared byte for byte).
+// Then:
 //
 //   - Missing key: 400 (or, with WithOptionalKey, the handler runs unprotected).
 //   - Invalid key (empty, over 255 bytes, not printable ASCII): 400.
+//   - WithScope returned "": 500; the handler does not run (fail closed).
 //   - Body too large: 413. Body unreadable: 400.
 //   - First request: the handler runs once, with the Attempt in the request's
 //     context (AttemptFrom). Its response is held until its record is
 //     committed, then sent. Status, body and the allowlisted headers
 //     (WithStoredHeaders) are stored unless WithCacheStatus says otherwise
 //     (default: 5xx, 408, 409, 425 and 429 are not stored, and release the
-//     key so that a retry runs the handler again).
+//     key so that a retry runs the handler again). Trailers reach this
+//     client only, as trailers; they are not stored.
 //   - Repeat of a completed request: the stored response with
 //     Idempotent-Replayed: true; the handler does not run.
-//   - Repeat while the first still runs: 409 with Retry-After (whole seconds,
-//     rounded up), or with WithWait the first response once it is ready.
+//   - Repeat while the first still runs: after waiting up to the route's
+//     wait (WithRouteWait; default the Guard's WithWait) for the first
+//     response, 409 with Retry-After, a poll hint (WithRetryAfter, default
+//     1s, capped by the first request's lease; whole seconds, rounded up).
 //   - Same key, different fingerprint: 422.
 //   - Store unreachable: 503 with Retry-After; the handler does not run.
 //   - The handler ran but its record could not be written: the handler's own
@@ -239,14 +72,16 @@ func AttemptFrom(ctx context.Context) (*Attempt, bool) {
 // context is detached from the client's connection: a client that goes away
 // does not cancel the handler, so that its retry finds the outcome. The
 // context keeps the request's values and is cancelled, with cause
-// ErrLeaseLost, only if the lease is lost. A duplicate waiting under WithWait
-// stops waiting when its own client goes away.
+// ErrLeaseLost, only if the lease is lost. A waiting duplicate stops waiting
+// when its own client goes away.
 //
 // The response writer the handler gets buffers the response; it supports
 // http.Flusher (a no-op until the response is too large to store) and
 // Unwrap for http.ResponseController, and refuses Hijack.
 //
-// Middleware panics on invalid options, at construction.
+// Of the Guard's options, WithLease, WithRetention, WithLogger and WithWait
+// (the default of WithRouteWait) apply to the middleware; the others here
+// are HTTPOptions. Middleware panics on invalid options, at construction.
 func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 	if g == nil {
 		panic("idem: Middleware on a nil Guard")
@@ -258,6 +93,7 @@ func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 		stored:      slices.Clone(defaultStoredHeaders),
 		maxRequest:  defaultMaxRequestBody,
 		maxResponse: defaultMaxResponseBody,
+		retryAfter:  defaultRetryAfter,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -266,6 +102,9 @@ func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 	}
 	if len(c.errs) > 0 {
 		panic("idem: Middleware: " + strings.Join(c.errs, "; "))
+	}
+	if !c.waitSet {
+		c.wait = g.wait
 	}
 	m := &middleware{g: g, httpConfig: c}
 	return func(next http.Handler) http.Handler {
@@ -289,52 +128,31 @@ type idemHandler struct {
 // ServeHTTP implements http.Handler.
 func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
-	if !slices.Contains(m.methods, r.Method) {
+	if !m.protects(r.Method) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	values := r.Header[m.header]
-	if len(values) == 0 {
-		if m.optional {
-			h.next.ServeHTTP(w, r)
-			return
-		}
-		writeProblem(w, &probKeyMissing, "The "+m.header+" header is missing. Create a unique key (a UUID) when the operation is created, send it with this request and reuse it on every retry of the same operation.")
+	if len(values) == 0 && m.optional {
+		h.next.ServeHTTP(w, r)
 		return
 	}
-	if len(values) > 1 {
-		writeProblem(w, &probKeyInvalid, "The request has more than one "+m.header+" header; send exactly one.")
+	key, ok := m.key(w, values)
+	if !ok {
 		return
 	}
-	key, err := parseKey(values[0])
-	if err != nil {
-		writeProblem(w, &probKeyInvalid, "The "+m.header+" header is invalid ("+strings.TrimPrefix(err.Error(), "idem: ")+"). Send 1 to 255 printable ASCII characters, plain or as a quoted string; a UUID is recommended.")
+	scope, ok := m.scopeOf(w, r)
+	if !ok {
 		return
 	}
-	var scope string
-	if m.scope != nil {
-		scope = m.scope(r)
-	}
-
-	// Read the body behind room for the fingerprint's prefix, so that a body
-	// compared byte for byte is fingerprinted without a copy.
-	path := r.URL.EscapedPath()
-	prefix := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4
-	buf, status := readBody(r, m.maxRequest, prefix)
-	switch status {
-	case http.StatusRequestEntityTooLarge:
-		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
-		return
-	case http.StatusBadRequest:
-		writeProblem(w, &probBodyUnreadable, "The request body could not be read completely. Send the request again with the same key.")
+	body, fp, ok := m.readRequest(w, r)
+	if !ok {
 		return
 	}
-	body := buf[prefix:]
-	fp := requestPrint(r, path, buf, prefix)
 
 	c := &call{}
 	ran := false
-	payload, replayed, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.g.wait},
+	payload, replayed, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait},
 		func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
 			ran = true
 			c.rec = recorder{w: w, names: m.stored, limit: m.maxResponse}
@@ -355,6 +173,72 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.refuse(w, r, err)
 	}
+}
+
+// protects reports whether requests with this method need a key. Methods
+// are tokens, compared without regard to case.
+func (m *middleware) protects(method string) bool {
+	for _, p := range m.methods {
+		if p == method || strings.EqualFold(p, method) {
+			return true
+		}
+	}
+	return false
+}
+
+// key returns the key in the key header's values, or answers with a problem.
+func (m *middleware) key(w http.ResponseWriter, values []string) (string, bool) {
+	switch len(values) {
+	case 0:
+		writeProblem(w, &probKeyMissing, "The "+m.header+" header is missing. Create a unique key (a UUID) when the operation is created, send it with this request and reuse it on every retry of the same operation.")
+		return "", false
+	case 1:
+	default:
+		writeProblem(w, &probKeyInvalid, "The request has more than one "+m.header+" header; send exactly one.")
+		return "", false
+	}
+	key, err := parseKey(values[0])
+	if err != nil {
+		writeProblem(w, &probKeyInvalid, "The "+m.header+" header is invalid ("+strings.TrimPrefix(err.Error(), "idem: ")+"). Send 1 to 255 printable ASCII characters, plain or as a quoted string; a UUID is recommended.")
+		return "", false
+	}
+	return key, true
+}
+
+// scopeOf returns the request's scope ("" without WithScope), or answers
+// with a problem when WithScope returns "": falling back to the scope that
+// everyone shares could replay another tenant's response.
+func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if m.scope == nil {
+		return "", true
+	}
+	scope := m.scope(r)
+	if scope == "" {
+		m.g.log.ErrorContext(r.Context(), "idem: request refused: WithScope returned an empty scope; is authentication in front of the middleware?",
+			"method", r.Method, "path", r.URL.Path)
+		writeProblem(w, &probScopeMissing, "The server could not tell which account this request's "+m.header+" belongs to, so the request was not processed. This is a fault of the server; retrying will not help until it is fixed.")
+		return "", false
+	}
+	return scope, true
+}
+
+// readRequest reads the body and fingerprints the request, or answers with
+// a problem.
+func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, fp string, ok bool) {
+	// Read the body behind room for the fingerprint's prefix, so that a
+	// body compared byte for byte is fingerprinted without a copy.
+	path := r.URL.EscapedPath()
+	prefix := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4
+	buf, status := readBody(r, m.maxRequest, prefix)
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
+		return nil, "", false
+	case http.StatusBadRequest:
+		writeProblem(w, &probBodyUnreadable, "The request body could not be read completely. Send the request again with the same key.")
+		return nil, "", false
+	}
+	return buf[prefix:], requestPrint(r, path, buf, prefix), true
 }
 
 // call is the state of one protected request, allocated once.
@@ -394,18 +278,21 @@ func (m *middleware) record(rec *recorder) ([]byte, bool, error) {
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrInProgress):
-		retry := "1"
+		// A poll hint, not the lease: the first request usually ends long
+		// before its lease would.
+		retry := m.retryAfter
 		if e, ok := errors.AsType[*InProgressError](err); ok {
-			retry = retrySeconds(e.RetryAfter)
+			retry = min(retry, e.RetryAfter)
 		}
-		w.Header().Set("Retry-After", retry)
+		w.Header().Set("Retry-After", retrySeconds(retry))
 		writeProblem(w, &probInProgress, "A request with this key is still being processed. Retry after the number of seconds in Retry-After, with the same key; you will get its response.")
 	case errors.Is(err, ErrMismatch):
 		writeProblem(w, &probKeyReused, "This "+m.header+" was already used with a different request (method, path, query or body). Use a new key for a new operation; reuse a key only to retry exactly the same request.")
 	case errors.Is(err, ErrInvalidKey):
 		writeProblem(w, &probKeyInvalid, "The "+m.header+" header is invalid. Send 1 to 255 printable ASCII characters; a UUID is recommended.")
 	default:
-		if !errors.Is(err, ErrStoreUnavailable) {
+		// A duplicate whose client left while it waited is no fault.
+		if !errors.Is(err, ErrStoreUnavailable) && r.Context().Err() == nil {
 			m.g.log.ErrorContext(r.Context(), "idem: request refused", "err", err)
 		}
 		w.Header().Set("Retry-After", "1")

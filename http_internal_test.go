@@ -3,10 +3,12 @@ package idem
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
-	"unicode/utf8"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -52,73 +54,6 @@ func TestQuoteKeyRoundTrips(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, k, got)
 	}
-}
-
-func canon(t testing.TB, s string) (string, bool) {
-	t.Helper()
-	out, ok := canonicalJSON(nil, []byte(s))
-	return string(out), ok
-}
-
-func TestCanonicalJSON(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{`{"b":1,"a":2}`, `{"a":2,"b":1}`},
-		{" {\n\t\"b\" : [ 1 , 2 ] ,\r\n \"a\" : { \"d\":null, \"c\":true } } ", `{"a":{"c":true,"d":null},"b":[1,2]}`},
-		{`{"a":1.0,"b":1e3,"c":-0,"d":0.5E-2}`, `{"a":1.0,"b":1e3,"c":-0,"d":0.5E-2}`},
-		{`"\u0041\/\"\\\n\u001f\u00e9\ud83d\ude00"`, "\"A/\\\"\\\\\\n\\u001f\u00e9\U0001F600\""},
-		{`"\ud800x"`, `"\ud800x"`},
-		{`"\uD800\uDBFF"`, `"\ud800\udbff"`},
-		{`{"a":1,"a":0}`, `{"a":0,"a":1}`},
-		{`{"\u0062":1,"a":2}`, `{"a":2,"b":1}`},
-		{`[]`, `[]`},
-		{`{}`, `{}`},
-		{` 7 `, `7`},
-		{`[{"z":{"y":[{"b":1,"a":2}]},"x":0}]`, `[{"x":0,"z":{"y":[{"a":2,"b":1}]}}]`},
-	} {
-		got, ok := canon(t, tc.in)
-		require.True(t, ok, tc.in)
-		require.Equal(t, tc.want, got, tc.in)
-	}
-	for _, bad := range []string{``, ` `, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `[1,]`, `[1 2]`, `01`, `1.`, `.5`, `-`, `1e`, `+1`,
-		`tru`, `nul`, `"a`, "\"a\x01\"", `"\x"`, `"\u12"`, `{"a":1}x`, `{a:1}`, `NaN`, `[` + strings.Repeat("[", maxJSONDepth+1)} {
-		_, ok := canon(t, bad)
-		require.False(t, ok, "%q", bad)
-	}
-}
-
-// FuzzCanonicalJSON checks canonicalJSON against encoding/json: it accepts
-// exactly the valid documents, its output is valid and stable, and documents
-// that decode to equal values have one canonical form.
-func FuzzCanonicalJSON(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `"\u00e9\ud83d\ude00\/"`, `[1.50,-0e+1]`, `{"a":{"a":{}}}`, `  12 `, `{"a":1,"a":2}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		out, ok := canonicalJSON(nil, in)
-		require.Equal(t, json.Valid(in), ok, "%q", in)
-		if !ok {
-			return
-		}
-		require.True(t, json.Valid(out), "%q -> %q", in, out)
-		again, ok := canonicalJSON(nil, out)
-		require.True(t, ok)
-		require.Equal(t, string(out), string(again), "canonical form is stable")
-
-		// encoding/json replaces invalid UTF-8 and lone surrogates, and
-		// keeps one of two equal keys: it is the reference only without them.
-		c := canonicalizer{src: in}
-		c.value(0)
-		if c.dupKeys || !utf8.Valid(in) || bytes.Contains(bytes.ToLower(in), []byte(`\ud`)) {
-			return
-		}
-		var v any
-		require.NoError(t, unmarshalNumbers(in, &v))
-		re, err := json.Marshal(v)
-		require.NoError(t, err)
-		viaStdlib, ok := canonicalJSON(nil, re)
-		require.True(t, ok)
-		require.Equal(t, string(out), string(viaStdlib), "%q", in)
-	})
 }
 
 func TestRequestPrint(t *testing.T) {
@@ -248,4 +183,95 @@ func unmarshalNumbers(b []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	return d.Decode(v)
+}
+
+// eofReader returns its data with io.EOF on the last read, as io.Readers may.
+type eofReader struct{ data []byte }
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	if len(r.data) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func TestReadBody(t *testing.T) {
+	const prefix = 3
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		length int64
+		max    int64
+		want   string
+		status int
+	}{
+		{name: "announced", body: strings.NewReader("hello"), length: 5, max: 10, want: "hello"},
+		{name: "announced, EOF with the data", body: &eofReader{[]byte("hello")}, length: 5, max: 10, want: "hello"},
+		{name: "announced, shorter", body: &eofReader{[]byte("hel")}, length: 5, max: 10, status: 400},
+		{name: "announced, larger than the limit", body: strings.NewReader("hello"), length: 5, max: 4, status: 413},
+		{name: "announced empty", body: strings.NewReader(""), length: 0, max: 4, want: ""},
+		{name: "unknown length", body: strings.NewReader(strings.Repeat("x", 3000)), length: -1, max: 5000, want: strings.Repeat("x", 3000)},
+		{name: "unknown length, EOF with the data", body: &eofReader{[]byte("hello")}, length: -1, max: 10, want: "hello"},
+		{name: "unknown length, at the limit", body: strings.NewReader("hello"), length: -1, max: 5, want: "hello"},
+		{name: "unknown length, past the limit", body: strings.NewReader("hello!"), length: -1, max: 5, status: 413},
+		{name: "unknown length, broken", body: io.MultiReader(strings.NewReader("he"), iotest.ErrReader(io.ErrUnexpectedEOF)), length: -1, max: 5, status: 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", nil)
+			r.Body, r.ContentLength = io.NopCloser(tc.body), tc.length
+			buf, status := readBody(r, tc.max, prefix)
+			require.Equal(t, tc.status, status)
+			if status == 0 {
+				require.Equal(t, tc.want, string(buf[prefix:]))
+				require.LessOrEqual(t, cap(buf), prefix+max(2*len(tc.want), firstBodyRead), "grown with the bytes read")
+			}
+		})
+	}
+}
+
+func TestIsToken(t *testing.T) {
+	for s, want := range map[string]bool{
+		"POST": true, "M-SEARCH": true, "x!#$%&'*+-.^_`|~9": true,
+		"": false, "PO ST": false, "POST\r": false, "a:b": false, "(x)": false, "P\u00d6ST": false, `"a"`: false, "a/b": false,
+	} {
+		require.Equal(t, want, isToken(s), "%q", s)
+	}
+}
+
+// FuzzReadBody: whatever length a client announces and whatever it sends,
+// readBody never panics, keeps to the limit, and allocates in proportion to
+// the bytes that arrived.
+func FuzzReadBody(f *testing.F) {
+	f.Add([]byte("hello"), int64(5), int64(10), false)
+	f.Add([]byte("he"), int64(1<<20), int64(1<<20), true) // announced a megabyte, sent two bytes
+	f.Add([]byte("hello"), int64(-1), int64(4), false)    // no length, past the limit
+	f.Add([]byte(""), int64(0), int64(1), false)          // empty
+	f.Add([]byte("abc"), int64(2), int64(10), false)      // more bytes than announced
+	f.Add([]byte("x"), int64(1<<62), int64(1<<62), true)  // an absurd length
+	f.Fuzz(func(t *testing.T, body []byte, announced, limit int64, withEOF bool) {
+		if limit <= 0 {
+			return
+		}
+		var rd io.Reader = bytes.NewReader(body)
+		if withEOF {
+			rd = &eofReader{append([]byte(nil), body...)}
+		}
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Body, r.ContentLength = io.NopCloser(rd), max(announced, -1)
+		buf, status := readBody(r, limit, 4)
+		if status != 0 {
+			return
+		}
+		got := buf[4:]
+		require.LessOrEqual(t, int64(len(got)), limit)
+		require.Equal(t, string(body[:len(got)]), string(got))
+		if r.ContentLength < 0 {
+			require.Equal(t, len(body), len(got))
+		} else {
+			require.EqualValues(t, r.ContentLength, len(got))
+		}
+		require.LessOrEqual(t, cap(buf), 4+max(2*len(got), firstBodyRead))
+	})
 }

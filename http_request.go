@@ -3,8 +3,8 @@ package idem
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 )
@@ -54,7 +54,9 @@ func parseKey(v string) (string, error) {
 
 // readBody reads r's body, up to max bytes, into a buffer after prefix bytes
 // of free room. status is 413 when the body is larger than max, 400 when it
-// could not be read, 0 otherwise.
+// could not be read, 0 otherwise. The buffer grows with the bytes that
+// arrive: a client that announces a large Content-Length and sends little
+// makes the server allocate little.
 func readBody(r *http.Request, max int64, prefix int) (buf []byte, status int) {
 	if r.ContentLength > max {
 		return nil, http.StatusRequestEntityTooLarge
@@ -62,31 +64,40 @@ func readBody(r *http.Request, max int64, prefix int) (buf []byte, status int) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return make([]byte, prefix), 0
 	}
-	if r.ContentLength > 0 {
-		buf = make([]byte, prefix+int(r.ContentLength))
-		if _, err := io.ReadFull(r.Body, buf[prefix:]); err != nil {
-			return nil, http.StatusBadRequest
-		}
-		return buf, 0
+	// want is where reading stops: the announced length, or one byte past
+	// the limit.
+	want := math.MaxInt
+	if max < math.MaxInt {
+		want = int(max) + 1
 	}
-	buf = make([]byte, prefix, prefix+512)
-	for {
+	if r.ContentLength >= 0 {
+		want = int(r.ContentLength)
+	}
+	buf = make([]byte, prefix, prefix+min(want, firstBodyRead))
+	for len(buf)-prefix < want {
 		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, 1)[:len(buf)]
+			grown := make([]byte, len(buf), prefix+min(2*(cap(buf)-prefix), want))
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if int64(len(buf)-prefix) > max {
-			return nil, http.StatusRequestEntityTooLarge
-		}
-		if err == io.EOF {
-			return buf, 0
+		if err == io.EOF && (r.ContentLength < 0 || len(buf)-prefix == want) {
+			break
 		}
 		if err != nil {
-			return nil, http.StatusBadRequest
+			return nil, http.StatusBadRequest // also a body shorter than announced
 		}
 	}
+	if int64(len(buf)-prefix) > max {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	return buf, 0
 }
+
+// firstBodyRead is the buffer for the first bytes of a body whose length is
+// not known or larger: it doubles as bytes arrive.
+const firstBodyRead = 512
 
 // bodyReader hands the body, read once by the middleware, to the handler.
 type bodyReader struct {
@@ -132,7 +143,10 @@ func requestPrint(r *http.Request, path string, buf []byte, prefix int) string {
 	body := buf[prefix:]
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 		c := canonicalizers.Get().(*canonicalizer)
-		c.src, c.i, c.dupKeys = body, 0, false
+		c.src = body
+		if cap(c.dst) < len(buf) {
+			c.dst = make([]byte, 0, len(buf)) // the canonical form is never longer
+		}
 		c.dst = append(c.dst[:0], head...)
 		c.dst[prefix-1] = modeJSON
 		out, ok := c.run()
@@ -140,9 +154,8 @@ func requestPrint(r *http.Request, path string, buf []byte, prefix int) string {
 		if ok {
 			fp = fingerprint(out)
 		}
-		c.src = nil
-		if cap(out) <= maxPooledBuffer && cap(c.tmp) <= maxPooledBuffer {
-			c.dst, c.members = out[:0], c.members[:0]
+		c.reset(out)
+		if c.small(maxPooledBuffer) {
 			canonicalizers.Put(c)
 		}
 		if ok {

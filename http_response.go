@@ -3,7 +3,6 @@ package idem
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -151,15 +150,23 @@ func (rec *recorder) stream() {
 }
 
 // send writes the held response to the underlying writer, with the header
-// map as it was at the first write (trailers excepted).
+// map as it was at the first write. Trailers (declared in the Trailer
+// header, or with http.TrailerPrefix) set by then are set again after the
+// body, so that net/http sends them as trailers only, as it does without
+// the middleware.
 func (rec *recorder) send() {
 	if rec.sent {
 		return
 	}
 	rec.sent = true
 	live := rec.w.Header()
-	for k := range live {
-		if rec.get(k) == nil && !isTrailer(k, rec.get("Trailer")) {
+	declared := rec.get("Trailer")
+	var trailers []headerValues
+	for k, v := range live {
+		if isTrailer(k, declared) {
+			trailers = append(trailers, headerValues{k, v})
+			delete(live, k)
+		} else if rec.get(k) == nil {
 			delete(live, k)
 		}
 	}
@@ -169,6 +176,9 @@ func (rec *recorder) send() {
 	rec.w.WriteHeader(rec.code)
 	if b := rec.body(); len(b) > 0 {
 		_, _ = rec.w.Write(b)
+	}
+	for _, kv := range trailers {
+		live[kv.key] = kv.values
 	}
 }
 
@@ -210,7 +220,10 @@ const (
 )
 
 // wellKnownHeaders are stored as one byte. Append only: stored records refer
-// to the positions.
+// to the positions. A name added here is unreadable to a replica still
+// running an older version (its replay of such a record fails), so the
+// headers stored since (Content-Encoding and the others that describe the
+// body) are stored by name: rarer, and readable by every version.
 var wellKnownHeaders = [...]string{"Content-Type", "Location", "Content-Location", "Etag", "Last-Modified"}
 
 // wellKnownTypes are Content-Type values stored as one byte. Append only.
@@ -225,7 +238,8 @@ const typeCode = 0x40 // first Content-Type value code
 // kept for a response too large to store.
 func describesBody(name string) bool {
 	switch name {
-	case "Content-Type", "Content-Location", "Etag", "Last-Modified", "Content-Encoding", "Content-Language":
+	case "Content-Type", "Content-Location", "Etag", "Last-Modified", "Content-Encoding", "Content-Language",
+		"Content-Disposition", "Content-Range", "Vary", "Cache-Control":
 		return true
 	}
 	return false
@@ -373,46 +387,4 @@ func decodeResponse(p []byte) (storedResponse, error) {
 	}
 	r.body = p[end:]
 	return r, nil
-}
-
-// Problem details (RFC 9457).
-
-const problemContentType = "application/problem+json"
-
-type problemKind struct {
-	status int
-	typ    string
-	title  string
-}
-
-var (
-	probKeyMissing       = problemKind{http.StatusBadRequest, problemBase + "key-missing", "Idempotency key missing"}
-	probKeyInvalid       = problemKind{http.StatusBadRequest, problemBase + "key-invalid", "Idempotency key invalid"}
-	probBodyUnreadable   = problemKind{http.StatusBadRequest, problemBase + "body-unreadable", "Request body unreadable"}
-	probBodyTooLarge     = problemKind{http.StatusRequestEntityTooLarge, problemBase + "body-too-large", "Request body too large"}
-	probKeyReused        = problemKind{http.StatusUnprocessableEntity, problemBase + "key-reused", "Idempotency key reused"}
-	probInProgress       = problemKind{http.StatusConflict, problemBase + "in-progress", "Request in progress"}
-	probUnavailable      = problemKind{http.StatusServiceUnavailable, problemBase + "store-unavailable", "Idempotency store unavailable"}
-	probStoredUnreadable = problemKind{http.StatusInternalServerError, problemBase + "response-unreadable", "Stored response unreadable"}
-)
-
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-}
-
-func (p problem) marshal() []byte {
-	b, _ := json.Marshal(p) // strings and an int: cannot fail
-	return b
-}
-
-// writeProblem answers with a problem of kind k.
-func writeProblem(w http.ResponseWriter, k *problemKind, detail string) {
-	h := w.Header()
-	h.Set("Content-Type", problemContentType)
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(k.status)
-	_, _ = w.Write(problem{Type: k.typ, Title: k.title, Status: k.status, Detail: detail}.marshal())
 }

@@ -1,0 +1,247 @@
+package idem
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+const (
+	defaultMaxRequestBody  = 1 << 20
+	defaultMaxResponseBody = 1 << 20
+	defaultRetryAfter      = time.Second
+)
+
+// defaultStoredHeaders are the response headers stored and replayed unless
+// WithStoredHeaders adds more: those that describe the body (how to decode,
+// display and cache it), and where the result lives.
+var defaultStoredHeaders = []string{
+	"Content-Type", "Location", "Content-Location", "Etag", "Last-Modified",
+	"Content-Encoding", "Content-Language", "Content-Disposition", "Content-Range", "Vary", "Cache-Control",
+}
+
+// forbiddenStoredHeaders are never stored: credentials and cookies must not be
+// handed to whoever repeats a key, and the framing headers belong to the
+// connection that carries the replay.
+var forbiddenStoredHeaders = []string{
+	"Set-Cookie", "Set-Cookie2", "Authorization", "Proxy-Authorization", "Proxy-Authenticate", "Www-Authenticate",
+	"Cookie", "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Trailer", "Upgrade",
+	ReplayedHeader,
+}
+
+// safeMethods never need a key; the middleware passes them through.
+var safeMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace}
+
+// HTTPOption configures Guard.Middleware.
+type HTTPOption func(*httpConfig)
+
+type httpConfig struct {
+	header      string
+	methods     []string
+	scope       func(*http.Request) string
+	optional    bool
+	cacheStatus func(code int) bool
+	stored      []string
+	maxRequest  int64
+	maxResponse int
+	retryAfter  time.Duration
+	wait        time.Duration
+	waitSet     bool // WithRouteWait was given; else the Guard's wait
+	errs        []string
+}
+
+func (c *httpConfig) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
+
+// WithScope sets the function that returns the scope of a request's key: the
+// tenant, account or principal that owns it. Records are keyed by scope and
+// key, so equal keys sent by two scopes never meet. The default is one scope
+// for everyone, which is only right when one client owns the whole API: in a
+// multi-tenant API without a scope, a tenant that sends another tenant's key
+// receives that tenant's stored response. The function runs after the key is
+// validated and before the body is read; derive the scope from authenticated
+// identity, never from a header the client may set freely.
+//
+// A scope function that returns "" fails closed: such a request (typically
+// one that the authentication in front of the middleware let through
+// without an identity) gets 500 with a problem of type
+// docs/http.md#scope-missing, the handler does not run, the store is not
+// asked, and the middleware logs the event at error level. It never falls
+// back to the scope that requests without WithScope share.
+func WithScope(f func(*http.Request) string) HTTPOption {
+	return func(c *httpConfig) {
+		if f == nil {
+			c.fail("WithScope(nil)")
+		}
+		c.scope = f
+	}
+}
+
+// WithMethods sets the methods that need a key; the default is POST and PATCH.
+// Methods are HTTP tokens (RFC 9110), upper-cased here; a request's method
+// matches without regard to case. Requests with other methods pass through
+// without touching the store. Safe methods (GET, HEAD, OPTIONS, TRACE) are
+// idempotent already and cannot be configured: Middleware panics, as it does
+// for a method that is not a token.
+func WithMethods(methods ...string) HTTPOption {
+	return func(c *httpConfig) {
+		if len(methods) == 0 {
+			c.fail("WithMethods with no method")
+		}
+		c.methods = c.methods[:0:0]
+		for _, m := range methods {
+			upper := strings.ToUpper(m)
+			switch {
+			case !isToken(m):
+				c.fail("WithMethods: %q is not an HTTP method (RFC 9110 token)", m)
+			case slices.Contains(safeMethods, upper):
+				c.fail("WithMethods: %s is a safe method and needs no idempotency key", upper)
+			case !slices.Contains(c.methods, upper):
+				c.methods = append(c.methods, upper)
+			}
+		}
+	}
+}
+
+// isToken reports whether s is an RFC 9110 token: one or more tchar.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// WithOptionalKey lets requests without a key through to the handler,
+// unprotected. By default the key is required: a request of a configured
+// method without one gets 400. A key that is present but invalid gets 400
+// either way.
+func WithOptionalKey() HTTPOption {
+	return func(c *httpConfig) { c.optional = true }
+}
+
+// WithCacheStatus sets which responses are stored and replayed, by status
+// code. A response that is not stored releases the key, so a retry runs the
+// handler again (with Attempt.Fence one higher). The default stores every
+// status except 5xx, 408, 409, 425 and 429, which say "try again".
+func WithCacheStatus(f func(code int) bool) HTTPOption {
+	return func(c *httpConfig) {
+		if f == nil {
+			c.fail("WithCacheStatus(nil)")
+		}
+		c.cacheStatus = f
+	}
+}
+
+// DefaultCacheStatus is the default of WithCacheStatus: it reports whether a
+// response with this status is stored, which is every status but 5xx, 408,
+// 409, 425 and 429.
+func DefaultCacheStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return code < 500
+}
+
+// WithKeyHeader sets the request header that carries the key. The default is
+// DefaultKeyHeader, Idempotency-Key.
+func WithKeyHeader(name string) HTTPOption {
+	return func(c *httpConfig) {
+		if !isToken(name) {
+			c.fail("WithKeyHeader: invalid header name %q", name)
+		}
+		c.header = http.CanonicalHeaderKey(name)
+	}
+}
+
+// WithStoredHeaders adds response headers to those stored and replayed.
+// The default list holds the headers that describe the body or the result:
+// Content-Type, Content-Encoding, Content-Language, Content-Disposition,
+// Content-Range, Content-Location, ETag, Last-Modified, Vary, Cache-Control
+// and Location. Set-Cookie, Authorization and the other credential and
+// connection headers are never stored: naming one makes Middleware panic.
+func WithStoredHeaders(names ...string) HTTPOption {
+	return func(c *httpConfig) {
+		for _, n := range names {
+			n = http.CanonicalHeaderKey(n)
+			switch {
+			case !isToken(n):
+				c.fail("WithStoredHeaders: invalid header name %q", n)
+			case slices.Contains(forbiddenStoredHeaders, n):
+				c.fail("WithStoredHeaders: %s is never stored", n)
+			case !slices.Contains(c.stored, n):
+				c.stored = append(c.stored, n)
+			}
+		}
+	}
+}
+
+// WithMaxRequestBody sets the largest request body the middleware reads to
+// fingerprint it; a larger one gets 413 and the handler does not run. The
+// default is 1 MiB. The buffer grows with the bytes that arrive, whatever
+// Content-Length announces.
+func WithMaxRequestBody(n int64) HTTPOption {
+	return func(c *httpConfig) {
+		if n <= 0 {
+			c.fail("WithMaxRequestBody(%d): must be positive", n)
+		}
+		c.maxRequest = n
+	}
+}
+
+// WithMaxResponseBody sets the largest response body that is stored. The
+// default is 1 MiB. The middleware holds a response until its record is
+// committed; a response that grows past the limit is sent to the client as it
+// is written instead, and its record keeps only the status and the headers
+// that do not describe the body (Location and those added by
+// WithStoredHeaders). A repeat of the key does not run the handler again: it
+// gets that status and those headers with a problem body saying that the
+// response cannot be replayed (see docs/http.md). Zero stores no body at all.
+func WithMaxResponseBody(n int) HTTPOption {
+	return func(c *httpConfig) {
+		if n < 0 {
+			c.fail("WithMaxResponseBody(%d): must not be negative", n)
+		}
+		c.maxResponse = n
+	}
+}
+
+// WithRetryAfter sets the Retry-After of the 409 that a duplicate gets while
+// the first request with its key still runs: how soon to poll again. It is
+// capped by the time left on the first request's lease and sent in whole
+// seconds, rounded up, at least 1. The default is 1s, so that a client
+// retrying a double click gets the first response about a second later,
+// not when the lease would run out. A duration that is not positive makes
+// Middleware panic.
+func WithRetryAfter(d time.Duration) HTTPOption {
+	return func(c *httpConfig) {
+		if d <= 0 {
+			c.fail("WithRetryAfter(%v): must be positive", d)
+		}
+		c.retryAfter = d
+	}
+}
+
+// WithRouteWait sets how long a duplicate that arrives while the first
+// request with its key runs waits for that request's response, on the
+// routes of this middleware, before it gets 409; zero does not wait. The
+// default is the Guard's WithWait. It lets one Guard serve routes that
+// wait (a payment form that users double-click) and routes that answer at
+// once. A negative duration makes Middleware panic.
+func WithRouteWait(d time.Duration) HTTPOption {
+	return func(c *httpConfig) {
+		if d < 0 {
+			c.fail("WithRouteWait(%v): must not be negative", d)
+		}
+		c.wait, c.waitSet = d, true
+	}
+}
