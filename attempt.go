@@ -84,3 +84,26 @@ func (a *Attempt) Checkpoints() map[string][]byte {
 	maps.Copy(out, a.cps)
 	return out
 }
+
+type attemptContextKey struct{}
+
+// ContextWithAttempt returns a copy of ctx that carries a, for AttemptFrom.
+// The middleware does this for its handler; an adapter that runs a handler
+// under Do (a gRPC interceptor, a message consumer) does it with the
+// Attempt Do gave it.
+func ContextWithAttempt(ctx context.Context, a *Attempt) context.Context {
+	return context.WithValue(ctx, attemptContextKey{}, a)
+}
+
+// AttemptFrom returns the Attempt carried by ctx (a request under
+// Middleware, or a context made by ContextWithAttempt), and reports whether
+// there is one: outside them it returns nil and false, so check ok. Use
+// Attempt.ID as the idempotency key towards external providers, and check
+// Attempt.Fence before repeating a side effect.
+func AttemptFrom(ctx context.Context) (*Attempt, bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	a, ok := ctx.Value(attemptContextKey{}).(*Attempt)
+	return a, ok && a != nil
+}

@@ -67,41 +67,46 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 	var (
 		v    T
 		ferr error
-		ran  bool
 	)
-	payload, replayed, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
-		ran = true
+	out, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
 		v, ferr = fn(ctx, a)
-		if ferr != nil {
-			if errors.Is(ferr, ErrPermanent) {
-				return encodeError(ferr), true, nil
-			}
-			return nil, false, ferr
-		}
-		switch raw := any(v).(type) {
-		case []byte:
-			return append([]byte{payloadBytes}, raw...), true, nil
-		case string:
-			return append([]byte{payloadString}, raw...), true, nil
-		}
-		b, merr := json.Marshal(v)
-		if merr != nil {
-			ferr = Permanent(fmt.Errorf("idem: result of type %T is not JSON-encodable: %w", v, merr))
-			return encodeError(ferr), true, nil
-		}
-		return append([]byte{payloadValue}, b...), true, nil
+		var p []byte
+		p, ferr = encodeResult(v, ferr)
+		return p, p != nil
 	})
 	switch {
-	case replayed:
-		return decodeResult[T](payload)
-	case !ran:
+	case out.replayed:
+		return decodeResult[T](out.payload)
+	case !out.ran:
 		return zero, err
-	case ferr != nil && err != nil && err != ferr:
-		return v, errors.Join(ferr, err)
-	case ferr != nil:
-		return v, ferr
 	}
-	return v, err
+	return v, joinErrors(ferr, err)
+}
+
+// encodeResult returns the payload to store for fn's value v and error
+// ferr, or nil when nothing is to be stored (ferr is not Permanent): JSON
+// with a tag, a []byte or string as is, a Permanent error's message. A value
+// that turns out not to encode is stored as a Permanent error, which is
+// returned in place of ferr.
+func encodeResult(v any, ferr error) ([]byte, error) {
+	switch {
+	case ferr != nil && errors.Is(ferr, ErrPermanent):
+		return encodeError(ferr), ferr
+	case ferr != nil:
+		return nil, ferr
+	}
+	switch raw := v.(type) {
+	case []byte:
+		return append([]byte{payloadBytes}, raw...), nil
+	case string:
+		return append([]byte{payloadString}, raw...), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		perr := Permanent(fmt.Errorf("idem: result of type %T is not JSON-encodable: %w", v, err))
+		return encodeError(perr), perr
+	}
+	return append([]byte{payloadValue}, b...), nil
 }
 
 // Once runs fn at most once for the message id, for consumers of at-least-once
@@ -119,29 +124,23 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		return false, errors.New("idem: Once with a nil function")
 	}
 	var ferr error
-	payload, replayed, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
-		ran = true
+	out, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
 		ferr = fn(ctx)
 		switch {
 		case ferr == nil:
-			return []byte{payloadValue}, true, nil
+			return []byte{payloadValue}, true
 		case errors.Is(ferr, ErrPermanent):
-			return encodeError(ferr), true, nil
+			return encodeError(ferr), true
 		}
-		return nil, false, ferr
+		return nil, false
 	})
-	switch {
-	case replayed:
-		if len(payload) > 0 && payload[0] == payloadError {
-			return false, &permanentError{err: errors.New(string(payload[1:]))}
+	if out.replayed {
+		if len(out.payload) > 0 && out.payload[0] == payloadError {
+			return false, &permanentError{err: errors.New(string(out.payload[1:]))}
 		}
 		return false, nil
-	case ferr != nil && err != nil && err != ferr:
-		return true, errors.Join(ferr, err)
-	case ferr != nil:
-		return true, ferr
 	}
-	return ran, err
+	return out.ran, joinErrors(ferr, err)
 }
 
 // Payload tags for results stored by Do and Once.

@@ -45,29 +45,39 @@ func (o op) id() string {
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
+// runFunc is what the engine runs as the owner of a claim. It returns the
+// payload to store and whether to store it; false releases the claim, so
+// that the next attempt runs again. The function's own error, if it has
+// one, stays with its caller (Do, Once, the middleware), which combines it
+// with the engine's by joinErrors.
+type runFunc func(ctx context.Context, a *Attempt) (payload []byte, keep bool)
+
+// outcome is what exec did, as singleflight's call is what a caller of Do
+// gets: a stored payload replayed, or the payload of a run of fn.
+type outcome struct {
+	payload  []byte // the stored payload, or the one fn returned
+	replayed bool   // a stored result: fn did not run
+	ran      bool   // fn ran (it may have panicked past exec instead)
+}
+
 // exec is the engine under Do, Once and the HTTP middleware. It validates the
-// key, claims the operation (waiting per WithWait while another attempt holds
-// it) and returns a stored payload as replayed without running fn. Otherwise
-// it runs fn under a renewed lease; fn returns the payload to store and
-// whether to keep it:
-//
-//   - err != nil: the claim is released and err returned.
-//   - keep false: the claim is released and the payload returned.
-//   - keep true: the payload is stored (compare-and-complete on a context
-//     detached from ctx); on failure the payload is returned with
-//     ErrNotRecorded joined with the cause.
-//
-// A panic in fn releases the claim and continues.
-func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *Attempt) (payload []byte, keep bool, err error)) (payload []byte, replayed bool, err error) {
+// key, claims the operation (waiting per the op's wait while another attempt
+// holds it) and returns a stored payload as replayed without running fn.
+// Otherwise it runs fn under a renewed lease, then releases the claim (keep
+// false) or stores the payload (compare-and-complete on a context detached
+// from ctx). The error is the engine's: the store's or the lease's before fn
+// ran (fn did not run), or ErrNotRecorded joined with the cause after. A
+// panic in fn releases the claim and continues.
+func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	if g == nil || g.store == nil {
 		var why string
 		if g != nil {
 			why = g.nilStore
 		}
-		return nil, false, fmt.Errorf("%w: the Guard has no store%s", ErrStoreUnavailable, why)
+		return outcome{}, fmt.Errorf("%w: the Guard has no store%s", ErrStoreUnavailable, why)
 	}
 	if err := validKey(o.key); err != nil {
-		return nil, false, err
+		return outcome{}, err
 	}
 	id := o.id()
 	owner := newToken()
@@ -82,29 +92,28 @@ func (g *Guard) exec(ctx context.Context, o op, fn func(ctx context.Context, a *
 		sent := time.Now()
 		res, err := g.store.Claim(ctx, id, req)
 		if err != nil {
-			return nil, false, g.storeError(ctx, err)
+			return outcome{}, g.storeError(ctx, err)
 		}
 		switch res.Status {
 		case ClaimCompleted:
-			return res.Payload, true, nil
+			return outcome{payload: res.Payload, replayed: true}, nil
 		case ClaimMismatch:
-			return nil, false, ErrMismatch
+			return outcome{}, ErrMismatch
 		case ClaimOK:
 			rctx := ctx
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
-			payload, err := g.run(rctx, o.key, id, owner, sent, res, fn)
-			return payload, false, err
+			return g.run(rctx, o.key, id, owner, sent, res, fn)
 		case ClaimBusy:
 			if !sent.Before(deadline) {
-				return nil, false, &InProgressError{RetryAfter: res.RetryAfter}
+				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}
 			if err := w.wait(ctx, res.RetryAfter); err != nil {
-				return nil, false, err
+				return outcome{}, err
 			}
 		default:
-			return nil, false, fmt.Errorf("%w: claim returned unknown status %d", ErrStoreUnavailable, res.Status)
+			return outcome{}, fmt.Errorf("%w: claim returned unknown status %d", ErrStoreUnavailable, res.Status)
 		}
 	}
 }
@@ -169,14 +178,13 @@ func (w *waiter) close() {
 }
 
 // run runs fn as the owner of a fresh claim, sent at claimed.
-func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn func(ctx context.Context, a *Attempt) ([]byte, bool, error)) (payload []byte, err error) {
-	claimed, err = g.confirmLease(ctx, id, owner, claimed)
+func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
+	claimed, err := g.confirmLease(ctx, id, owner, claimed)
 	if err != nil {
-		return nil, err
+		return outcome{}, err
 	}
 	a := &Attempt{Key: key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
 	hctx, stop := g.holdLease(ctx, id, owner, claimed)
-	var keep bool
 	finished := false
 	defer func() {
 		if !finished { // fn panicked or called runtime.Goexit
@@ -184,12 +192,13 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 			g.release(ctx, id, owner)
 		}
 	}()
-	payload, keep, err = fn(hctx, a)
+	payload, keep := fn(hctx, a)
 	finished = true
 	stop()
-	if err != nil || !keep {
+	out := outcome{payload: payload, ran: true}
+	if !keep {
 		g.release(ctx, id, owner)
-		return payload, err
+		return out, nil
 	}
 	cerr := g.bounded(ctx, func(ctx context.Context) error {
 		return g.store.Complete(ctx, id, owner, payload, g.retention)
@@ -199,9 +208,21 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 			cerr = fmt.Errorf("%w: %w", ErrStoreUnavailable, cerr)
 		}
 		g.log.ErrorContext(ctx, "idem: result not recorded", "key", key, "id", id, "fence", res.Fence, "err", cerr)
-		return payload, errors.Join(ErrNotRecorded, cerr)
+		return out, errors.Join(ErrNotRecorded, cerr)
 	}
-	return payload, nil
+	return out, nil
+}
+
+// joinErrors combines fn's own error with the engine's (ErrNotRecorded
+// after fn ran), fn's first.
+func joinErrors(ferr, err error) error {
+	switch {
+	case ferr == nil:
+		return err
+	case err == nil:
+		return ferr
+	}
+	return errors.Join(ferr, err)
 }
 
 // release gives up a claim so that the next attempt runs again. Failures are

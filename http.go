@@ -19,17 +19,6 @@ const DefaultKeyHeader = "Idempotency-Key"
 // response (the name Stripe's client libraries read).
 const ReplayedHeader = "Idempotent-Replayed"
 
-type attemptContextKey struct{}
-
-// AttemptFrom returns the Attempt of the operation that a request under
-// Middleware is running, and reports whether there is one. Use Attempt.ID as
-// the idempotency key towards external providers, and check Attempt.Fence
-// before repeating a side effect.
-func AttemptFrom(ctx context.Context) (*Attempt, bool) {
-	a, ok := ctx.Value(attemptContextKey{}).(*Attempt)
-	return a, ok
-}
-
 // Middleware returns HTTP middleware that runs each request carrying an
 // idempotency key at most once, across every replica sharing g's store, and
 // answers its repeats with the stored response. It follows the IETF draft
@@ -151,22 +140,19 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	c := &call{}
-	ran := false
-	payload, replayed, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait},
-		func(ctx context.Context, a *Attempt) ([]byte, bool, error) {
-			ran = true
+	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait},
+		func(ctx context.Context, a *Attempt) ([]byte, bool) {
 			c.rec = recorder{w: w, names: m.stored, limit: m.maxResponse}
 			c.body = bodyReader{b: body}
-			c.ctx = attemptContext{Context: ctx, a: a}
-			r2 := r.WithContext(&c.ctx)
+			r2 := r.WithContext(ContextWithAttempt(ctx, a))
 			r2.Body = &c.body
 			h.next.ServeHTTP(&c.rec, r2)
 			return m.record(&c.rec)
 		})
 	switch {
-	case replayed:
-		m.replay(w, r, payload)
-	case ran:
+	case out.replayed:
+		m.replay(w, r, out.payload)
+	case out.ran:
 		// Committed, released (not stored), or not recorded: the engine
 		// logged the last; the client gets the handler's own response.
 		c.rec.send()
@@ -243,35 +229,21 @@ func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body [
 
 // call is the state of one protected request, allocated once.
 type call struct {
-	ctx  attemptContext
 	rec  recorder
 	body bodyReader
 }
 
-// attemptContext carries the Attempt for AttemptFrom.
-type attemptContext struct {
-	context.Context
-	a *Attempt
-}
-
-func (c *attemptContext) Value(key any) any {
-	if key == (attemptContextKey{}) {
-		return c.a
-	}
-	return c.Context.Value(key)
-}
-
 // record finishes the captured response and returns the payload to store,
 // and whether to store it.
-func (m *middleware) record(rec *recorder) ([]byte, bool, error) {
+func (m *middleware) record(rec *recorder) ([]byte, bool) {
 	rec.finish()
 	if !m.cacheStatus(rec.code) {
-		return nil, false, nil
+		return nil, false
 	}
 	if rec.streaming {
-		return appendHead(nil, payloadTooLarge, rec.code, rec.snap, m.stored), true, nil
+		return appendHead(nil, payloadTooLarge, rec.code, rec.snap, m.stored), true
 	}
-	return rec.buf, true, nil
+	return rec.buf, true
 }
 
 // refuse answers a request whose handler did not run.

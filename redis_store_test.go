@@ -176,7 +176,9 @@ func TestRedisStoreRejectsMalformedOptions(t *testing.T) {
 	require.PanicsWithValue(t, `idem: NewRedisStore: WithPrefix("app{1}"): a prefix must not contain { or }`, func() {
 		idem.NewRedisStore(c, idem.WithPrefix("app{1}"))
 	})
-	require.NotPanics(t, func() { idem.NewRedisStore(c, idem.WithPrefix(""), idem.WithReplicaAck(-1, -time.Second), idem.WithCompression(-5)) })
+	require.NotPanics(t, func() {
+		idem.NewRedisStore(c, idem.WithPrefix(""), idem.WithReplicaAck(-1, -time.Second), idem.WithCompression(-5))
+	})
 }
 
 // TestRedisStoreUnusableClients: a nil client or a go-redis Ring gets a
