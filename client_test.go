@@ -201,14 +201,6 @@ func TestTransportBodies(t *testing.T) {
 	})
 }
 
-func TestRetrySeconds(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 29*time.Second + 1: "30",
-	} {
-		require.Equal(t, want, retrySeconds(d), d.String())
-	}
-}
-
 func TestTransportShowsItsKey(t *testing.T) {
 	t.Run("on the request sent and in the response", func(t *testing.T) {
 		base := &scripted{script: []func() (*http.Response, error){status(503), status(201)}}

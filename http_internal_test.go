@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -274,4 +275,13 @@ func FuzzReadBody(f *testing.F) {
 		}
 		require.LessOrEqual(t, cap(buf), 4+max(2*len(got), firstBodyRead))
 	})
+}
+
+// TestRetrySeconds: Retry-After in whole seconds, rounded up, at least 1.
+func TestRetrySeconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 29*time.Second + 1: "30",
+	} {
+		require.Equal(t, want, retrySeconds(d), d.String())
+	}
 }
