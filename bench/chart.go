@@ -51,13 +51,13 @@ func (r *report) ratioBars() []chartRatio {
 // chart writes the four-panel PNG: ratios to baselines, throughput against
 // concurrency, SQL vs idem, and memory overhead per record.
 func (r *report) chart(path string) error {
-	plots := [][]*plot.Plot{{r.ratioPlot(), r.scalePlot()}, {r.sqlPlot(), r.memPlot()}}
-	const w, h = 16 * vg.Inch, 10 * vg.Inch
+	plots := [][]*plot.Plot{{r.ratioPlot(), r.scalePlot()}, {r.sqlPlot(), r.memPlot()}, {r.peersPlot(), r.peersHTTPPlot()}}
+	const w, h = 16 * vg.Inch, 15 * vg.Inch
 	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(100))
 	dc := draw.New(img)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	t := draw.Tiles{Rows: 2, Cols: 2, PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10),
+	t := draw.Tiles{Rows: len(plots), Cols: 2, PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10),
 		PadRight: vg.Points(20), PadX: vg.Points(40), PadY: vg.Points(40)}
 	canvases := plot.Align(plots, t, dc)
 	for i := range plots {

@@ -2,7 +2,7 @@
 // against the alternatives a team would otherwise build, and writes
 // RESULTS.md and chart.png. Run it from the bench directory:
 //
-//	go run .            # full run, about 3 minutes on 2 cores
+//	go run .            # full run, about 5 minutes on 2 cores
 //	go run . -quick     # smoke run, a few seconds
 //
 // It starts its own redis-server (and a 3-master Redis Cluster, and
@@ -51,7 +51,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "http", "sql", "race", "scale", "memory"}
+var scenarioNames = []string{"floor", "http", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "canon"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -202,7 +202,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 
 	// PostgreSQL, for the SQL scenario.
-	if cfg.runs("sql") {
+	if cfg.runs("sql") || cfg.runs("idemsql") {
 		switch cfg.pg {
 		case "off":
 			e.pgNote = "-pg off"
@@ -223,7 +223,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		name string
 		run  func(context.Context, *env) error
 	}{
-		{"floor", runFloor}, {"http", runHTTP}, {"sql", runSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory},
+		{"floor", runFloor}, {"http", runHTTP}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"canon", runCanon},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {

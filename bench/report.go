@@ -27,6 +27,7 @@ type report struct {
 	naive, guarded  *raceSide
 	notes           []string
 	chartExtra      []chartRatio // ratio bars without a target
+	peers           *peersData   // scenario 7, for the chart
 	loadStart       string
 	loadEnd         string
 }
@@ -186,7 +187,13 @@ func (r *report) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.name, t.got, t.want, res)
 	}
+	b.WriteString(r.capacity())
+	memDone := false // section 6 goes before the sections numbered after it
 	for _, s := range r.sections {
+		if !memDone && sectionNumber(s.title) > 6 {
+			r.writeMem(&b)
+			memDone = true
+		}
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n", s.title, s.note)
 		if len(s.pairs) > 0 {
 			b.WriteString("\n| variant | clients | ops/s (median) | vs baseline | p50 | p99 | RT/op | allocs/op | cli µs/op | srv µs/op | CPU cost vs baseline | errors |\n")
@@ -213,13 +220,21 @@ func (r *report) markdown() string {
 			b.WriteString("\n" + s.body)
 		}
 	}
+	if !memDone {
+		r.writeMem(&b)
+	}
+	return b.String()
+}
+
+// writeMem writes section 6, the memory table, if the memory scenario ran.
+func (r *report) writeMem(b *strings.Builder) {
 	if len(r.mem) > 0 {
 		b.WriteString("\n## 6. Memory: Redis bytes per completed record\n\n")
-		fmt.Fprintf(&b, "`MEMORY USAGE <key> SAMPLES 0` summed over every key a completed record leaves (record, and lease if any), "+
+		fmt.Fprintf(b, "`MEMORY USAGE <key> SAMPLES 0` summed over every key a completed record leaves (record, and lease if any), "+
 			"averaged over %d records per kind; body = the bytes the caller asked to store. The plain-SET column stores the body "+
 			"alone under a key of the same length: Redis's own per-key floor, which includes jemalloc's size-class rounding "+
 			"(a 10 KiB value occupies a 12 KiB allocation). Every kind uses a 4-letter key prefix, as long as the default \"idem\". "+
-			"Text bodies are random alphanumerics (they deflate to about 3/4), random bytes do not compress.\n\n", c.memRecords)
+			"Text bodies are random alphanumerics (they deflate to about 3/4), random bytes do not compress.\n\n", r.cfg.memRecords)
 		b.WriteString("| stored via | body | bytes per record | keys per record | overhead over body | plain SET of the body | idem beyond plain SET | target ≤ body + 150 B |\n")
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|:---:|\n")
 		for _, m := range r.mem {
@@ -227,10 +242,22 @@ func (r *report) markdown() string {
 			if m.overhead() > 150 {
 				res = "**MISS**"
 			}
-			fmt.Fprintf(&b, "| %s | %d | %.0f | %.1f | %.0f | %.0f | %+.0f | %s |\n", m.how, m.body, m.bytesPerRec, m.keysPerRecord, m.overhead(), m.baseline, m.bytesPerRec-m.baseline, res)
+			fmt.Fprintf(b, "| %s | %d | %.0f | %.1f | %.0f | %.0f | %+.0f | %s |\n", m.how, m.body, m.bytesPerRec, m.keysPerRecord, m.overhead(), m.baseline, m.bytesPerRec-m.baseline, res)
 		}
 	}
-	return b.String()
+}
+
+// sectionNumber returns the number a section title starts with (5 for
+// "5b. …"), or 0.
+func sectionNumber(title string) int {
+	n := 0
+	for _, c := range title {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 func orNA(s string) string {

@@ -50,38 +50,48 @@ func freshPair(e *env, tag string, clients int, c redis.UniversalClient, h *rtHo
 }
 
 // runScale is scenario 5: throughput against client concurrency, on the
-// standalone server and on a 3-master Redis Cluster.
+// standalone server and on a 3-master Redis Cluster. At each level the
+// standalone and the cluster pairs run interleaved in the same rounds, so
+// that cluster ÷ one master is a same-run ratio.
 func runScale(ctx context.Context, e *env) error {
 	progress("scenario 5: scale, clients %v", e.cfg.levels)
 	sec := e.rep.section("5. Scale: throughput vs client concurrency, standalone Redis",
 		"Fresh keys; each level is measured raw floor beside idem.Do, interleaved, each side with its own go-redis client (pool ≥ clients).")
+	var csec *section
+	if len(e.clusterAddrs) == 0 {
+		e.rep.section("5b. Scale on a 3-master Redis Cluster", "Skipped: "+e.clusterNote)
+		progress("scenario 5b: cluster skipped: %s", e.clusterNote)
+	} else {
+		progress("scenario 5b: 3-master Redis Cluster, interleaved with the standalone server")
+		csec = e.rep.section("5b. Scale on a 3-master Redis Cluster",
+			fmt.Sprintf("Three cluster-enabled redis-server masters on loopback (%s), `redis.ClusterClient`; "+
+				"round trips are counted at the cluster client (each command goes to one node); srv µs/op is the CPU of the three masters "+
+				"together (`INFO cpu` of each). Each level runs in the same interleaved rounds as the standalone pair of section 5. All three "+
+				"masters share this machine's cores with the client, so the cluster shows correctness and routing cost, not scaling.", e.clusterNote))
+	}
+	clusterSrv := e.clusterServerUsec()
 	for _, n := range e.cfg.levels {
 		c, h := e.client(0, n)
 		raw, fresh := freshPair(e, fmt.Sprintf("c%d", n), n, c, h, e.serverUsec)
-		if err := compare(ctx, e.cfg, fmt.Sprintf("standalone, %d clients", n), raw, fresh); err != nil {
+		vs := []*variant{raw, fresh}
+		var craw, cfresh *variant
+		if csec != nil {
+			cc, ch := e.clusterClient(n)
+			craw, cfresh = freshPair(e, fmt.Sprintf("cl%d", n), n, cc, ch, clusterSrv)
+			vs = append(vs, craw, cfresh)
+		}
+		if err := compare(ctx, e.cfg, fmt.Sprintf("scale, %d clients", n), vs...); err != nil {
 			return err
 		}
 		sec.pair(raw, fresh)
 		e.rep.scaleStandalone = append(e.rep.scaleStandalone, scalePoint{n, raw, fresh})
-	}
-	if len(e.clusterAddrs) == 0 {
-		e.rep.section("5b. Scale on a 3-master Redis Cluster", "Skipped: "+e.clusterNote)
-		progress("scenario 5b: cluster skipped: %s", e.clusterNote)
-		return nil
-	}
-	progress("scenario 5b: 3-master Redis Cluster, clients %v", e.cfg.levels)
-	sec = e.rep.section("5b. Scale on a 3-master Redis Cluster",
-		fmt.Sprintf("Three cluster-enabled redis-server masters on loopback (%s), `redis.ClusterClient`; "+
-			"round trips are counted at the cluster client (each command goes to one node). All three masters "+
-			"share this machine's cores with the client, so the cluster shows correctness and routing cost, not scaling.", e.clusterNote))
-	for _, n := range e.cfg.levels {
-		c, h := e.clusterClient(n)
-		raw, fresh := freshPair(e, fmt.Sprintf("cl%d", n), n, c, h, nil)
-		if err := compare(ctx, e.cfg, fmt.Sprintf("cluster, %d clients", n), raw, fresh); err != nil {
-			return err
+		if csec != nil {
+			csec.pair(craw, cfresh)
+			e.rep.scaleCluster = append(e.rep.scaleCluster, scalePoint{n, craw, cfresh})
 		}
-		sec.pair(raw, fresh)
-		e.rep.scaleCluster = append(e.rep.scaleCluster, scalePoint{n, raw, fresh})
+	}
+	if csec != nil {
+		csec.body = clusterVsStandalone(e.rep.scaleStandalone, e.rep.scaleCluster)
 	}
 	return nil
 }
