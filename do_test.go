@@ -94,7 +94,7 @@ func TestDoRefusesUnencodableResultTypes(t *testing.T) {
 		Any  any
 	}
 	v, err := idem.Do(ctx, g, "ok", nil, func(context.Context, *idem.Attempt) (tree, error) {
-		return tree{Kids: []*tree{{}}, Any: 1}, nil
+		return tree{Kids: []*tree{{}}, Any: 1, note: nil}, nil
 	})
 	require.NoError(t, err)
 	require.Len(t, v.Kids, 1)

@@ -205,7 +205,7 @@ func (d *demo) redisForgets() error {
 	r7 := d.pay("pay", idem.NewKey(), 5100)
 	d.pr.printf("   the app gets %s\n", r7)
 	if r7.status != http.StatusCreated || r7.replayed {
-		return fmt.Errorf("Redis forgets: want 201 answered from the database, got %s", r7)
+		return fmt.Errorf("when Redis forgets: want 201 answered from the database, got %s", r7)
 	}
 	return d.tally(5)
 }
