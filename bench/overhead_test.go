@@ -18,9 +18,9 @@ type cannedStore struct {
 
 func (s *cannedStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
 	if s.replay != nil {
-		return idem.ClaimResult{Status: idem.Completed, Payload: s.replay}, nil
+		return idem.ClaimResult{Status: idem.ClaimCompleted, Payload: s.replay}, nil
 	}
-	return idem.ClaimResult{Status: idem.Claimed, Fence: 1}, nil
+	return idem.ClaimResult{Status: idem.ClaimOK, Fence: 1}, nil
 }
 func (s *cannedStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
 	return nil

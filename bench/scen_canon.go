@@ -22,7 +22,7 @@ import (
 type nullStore struct{}
 
 func (nullStore) Claim(context.Context, string, idem.ClaimRequest) (idem.ClaimResult, error) {
-	return idem.ClaimResult{Status: idem.Claimed, Fence: 1}, nil
+	return idem.ClaimResult{Status: idem.ClaimOK, Fence: 1}, nil
 }
 func (nullStore) Heartbeat(context.Context, string, string, time.Duration) error        { return nil }
 func (nullStore) Checkpoint(context.Context, string, string, string, []byte) error      { return nil }

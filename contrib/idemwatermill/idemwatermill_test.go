@@ -265,7 +265,7 @@ func TestRouter(t *testing.T) {
 		out := &flakyPublisher{Publisher: pubsub, fail: 2}
 		router.AddHandler("charge", "payments", pubsub, "charged", out, c.handle)
 		var audits atomic.Int32
-		router.AddNoPublisherHandler("audit", "payments", pubsub, func(msg *message.Message) error {
+		router.AddConsumerHandler("audit", "payments", pubsub, func(msg *message.Message) error {
 			a, ok := idemwatermill.AttemptFrom(msg.Context())
 			if !ok || a.Key != "audit/"+msg.UUID {
 				return fmt.Errorf("attempt %+v", a)
