@@ -86,7 +86,7 @@ func WithRetryMethods(methods ...string) TransportOption {
 		}
 		c.methods = c.methods[:0:0]
 		for _, m := range methods {
-			if !isHTTPToken(m) {
+			if !isToken(m) {
 				c.fail("WithRetryMethods: invalid method %q", m)
 				continue
 			}
@@ -132,7 +132,7 @@ func WithMaxRetryAfter(d time.Duration) TransportOption {
 // NewTransport panic.
 func WithTransportKeyHeader(name string) TransportOption {
 	return func(c *transportConfig) {
-		if !isHTTPToken(name) {
+		if !isToken(name) {
 			c.fail("WithTransportKeyHeader: invalid header name %q", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
@@ -379,16 +379,4 @@ func quoteKey(key string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-// isHTTPToken reports whether s is an HTTP token (RFC 9110, section 5.6.2):
-// the syntax of method and header names.
-func isHTTPToken(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return s != ""
 }
