@@ -246,34 +246,13 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	return owned(releaseScript.Run(ctx, s.c, s.keys(id), owner).Int64())
 }
 
-// Read implements Store. It costs one round trip (a pipeline of three reads
-// on the record's slot).
+// Read implements StoreReader: Inspect's record, nil when there is none.
 func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	keys := s.keys(id)
-	var get *redis.StringCmd
-	var ttl, lttl *redis.DurationCmd
-	_, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.Get(ctx, keys[0])
-		ttl = p.PTTL(ctx, keys[0])
-		lttl = p.PTTL(ctx, keys[1])
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	in, err := s.Inspect(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	r, err := decodeRecord(get.Val())
-	if err != nil {
-		return nil, err
-	}
-	r.TTL = max(ttl.Val(), 0)
-	r.LeaseTTL = max(lttl.Val(), 0)
-	return r, nil
+	return in.Record, nil
 }
 
 // owned maps a script's 1/0 reply to nil/ErrLeaseLost.
