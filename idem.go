@@ -29,6 +29,7 @@ type Guard struct {
 	wait      time.Duration
 	write     time.Duration // bound of complete and release
 	log       *slog.Logger
+	observer  Observer
 	nilStore  string // names the nil Store New was given
 }
 

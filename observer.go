@@ -1,0 +1,106 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Observer is told of the operations a Guard runs, for metrics and traces
+// (contrib/idemotel is one). Set it with WithObserver.
+//
+// Every operation is started once and ended once: a call of Do or Once, or
+// a request the middleware protects (one whose method needs a key; with
+// WithOptionalKey, a request without a key is not an operation). The claims
+// a waiting duplicate repeats are part of its one operation, not operations
+// of their own. A panic in an Observer method is recovered and logged; it
+// never reaches the caller or the request.
+type Observer interface {
+	// Start is called when an operation starts, before its claim. The
+	// context it returns becomes the operation's: fn (or the handler) runs
+	// under it and End gets it, so a span started here is the parent of the
+	// spans fn creates. Return ctx to keep it.
+	Start(ctx context.Context, kind Kind) context.Context
+
+	// End is called once, when the operation ends: after fn's result was
+	// stored or released, or after the operation was refused. ctx is the
+	// context Start returned.
+	End(ctx context.Context, e Event)
+}
+
+// Event describes an operation that ended, for an Observer.
+type Event struct {
+	Kind    Kind    // what ran the operation: Do, Once or the middleware
+	Outcome Outcome // how it ended
+	// ID is the operation's id (Attempt.ID): a hash of its kind, scope and
+	// key, never the key itself. It is "" when the key was refused.
+	ID string
+	// Fence is the record's fence: the attempt's own when fn ran, the
+	// stored record's on a replay or a mismatch; 0 when unknown.
+	Fence int64
+	// Duration is the whole operation; under the middleware, the whole
+	// request inside it, refusals included.
+	Duration time.Duration
+	// Wait is the time a duplicate spent waiting for the first attempt
+	// (WithWait, WithRouteWait); 0 when it did not wait.
+	Wait time.Duration
+	// Store is the time spent waiting for the store: claims, the
+	// completion and the release, not the heartbeats that run beside fn.
+	Store time.Duration
+	// Err is the error the caller got, if any: the engine's or fn's.
+	Err error
+}
+
+// Outcome is how an operation ended. Its values are stable: use them as
+// metric labels.
+type Outcome string
+
+// Outcomes of an operation.
+const (
+	// OutcomeExecuted: fn (or the handler) ran and its result was stored.
+	OutcomeExecuted Outcome = "executed"
+	// OutcomeReplayed: the stored result of an earlier run was returned;
+	// fn did not run.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeInProgress: another attempt held the key (after waiting, if
+	// the operation waited); fn did not run.
+	OutcomeInProgress Outcome = "in_progress"
+	// OutcomeMismatch: the key was used before with another request; fn did
+	// not run.
+	OutcomeMismatch Outcome = "mismatch"
+	// OutcomeInvalidKey: the key was refused before a claim: empty, too
+	// long or not printable ASCII; under the middleware also missing or
+	// repeated, or the request could not be tied to one operation (no
+	// scope, a body that could not be read). fn did not run.
+	OutcomeInvalidKey Outcome = "invalid_key"
+	// OutcomeTooLarge: the request body was larger than the middleware
+	// accepts (413); the handler did not run.
+	OutcomeTooLarge Outcome = "too_large"
+	// OutcomeStoreUnavailable: the store failed or answered the claim too
+	// late to trust its lease; fn did not run.
+	OutcomeStoreUnavailable Outcome = "store_unavailable"
+	// OutcomeCanceled: the caller's context ended before fn ran (during
+	// the claim or a wait).
+	OutcomeCanceled Outcome = "canceled"
+	// OutcomeLeaseLost: the lease was lost while fn ran or at completion
+	// (another attempt took over); fn's result was not stored.
+	OutcomeLeaseLost Outcome = "lease_lost"
+	// OutcomeNotRecorded: fn ran but its result could not be stored for
+	// another reason (the store failed or did not answer in time).
+	OutcomeNotRecorded Outcome = "not_recorded"
+	// OutcomeReleased: fn failed or panicked, or its response is one that
+	// is not stored (a 5xx); the key is free again for a retry.
+	OutcomeReleased Outcome = "released"
+	// OutcomeUnreadable: a stored result exists but could not be read back
+	// (it does not decode, or a Sealer could not open it); fn did not run.
+	OutcomeUnreadable Outcome = "unreadable"
+)
+
+// WithObserver sets an Observer, told of every operation's start and end.
+// A nil Observer is ignored.
+func WithObserver(o Observer) Option {
+	return func(g *Guard) {
+		if o != nil {
+			g.observer = o
+		}
+	}
+}
