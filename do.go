@@ -68,19 +68,30 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 		v    T
 		ferr error
 	)
-	out, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
+	ctx, ob := g.observe(ctx, KindDo)
+	defer ob.abort()
+	out, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait(), obs: ob}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
 		v, ferr = fn(ctx, a)
 		var p []byte
 		p, ferr = encodeResult(v, ferr)
 		return p, p != nil
 	})
+	outcome := outcomeOf(ctx, out, err)
 	switch {
 	case out.replayed:
-		return decodeResult[T](out.payload)
+		v, err = decodeResult[T](out.payload)
 	case !out.ran:
-		return zero, err
+		v = zero
+	default:
+		err = joinErrors(ferr, err)
 	}
-	return v, joinErrors(ferr, err)
+	if ob != nil {
+		if out.replayed && err != nil && !errors.Is(err, ErrPermanent) {
+			outcome = OutcomeUnreadable
+		}
+		ob.end(outcome, err)
+	}
+	return v, err
 }
 
 // encodeResult returns the payload to store for fn's value v and error
@@ -124,7 +135,9 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		return false, errors.New("idem: Once with a nil function")
 	}
 	var ferr error
-	out, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
+	ctx, ob := g.observe(ctx, KindOnce)
+	defer ob.abort()
+	out, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait(), obs: ob}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
 		ferr = fn(ctx)
 		switch {
 		case ferr == nil:
@@ -134,13 +147,17 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		}
 		return nil, false
 	})
-	if out.replayed {
-		if len(out.payload) > 0 && out.payload[0] == payloadError {
-			return false, &permanentError{err: errors.New(string(out.payload[1:]))}
-		}
-		return false, nil
+	outcome := outcomeOf(ctx, out, err)
+	switch {
+	case out.replayed && len(out.payload) > 0 && out.payload[0] == payloadError:
+		err = &permanentError{err: errors.New(string(out.payload[1:]))}
+	case out.replayed:
+		err = nil
+	default:
+		err = joinErrors(ferr, err)
 	}
-	return out.ran, joinErrors(ferr, err)
+	ob.end(outcome, err)
+	return out.ran, err
 }
 
 // Payload tags for results stored by Do and Once.

@@ -29,6 +29,8 @@ type op struct {
 	detach bool
 	// wait is how long a duplicate waits for the holder's result (WithWait).
 	wait time.Duration
+	// obs is the operation's report to the Guard's Observer, or nil.
+	obs *observation
 }
 
 // id returns the operation's stable, opaque id: the first 128 bits of the
@@ -58,6 +60,8 @@ type outcome struct {
 	payload  []byte // the stored payload, or the one fn returned
 	replayed bool   // a stored result: fn did not run
 	ran      bool   // fn ran (it may have panicked past exec instead)
+	stored   bool   // fn's payload was stored
+	lost     bool   // the lease was lost while fn ran
 }
 
 // exec is the engine under Do, Once and the HTTP middleware. It validates the
@@ -91,6 +95,8 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	for {
 		sent := time.Now()
 		res, err := g.store.Claim(ctx, id, req)
+		o.obs.storeSince(sent)
+		o.obs.claimed(id, res.Fence)
 		if err != nil {
 			return outcome{}, g.storeError(ctx, err)
 		}
@@ -104,12 +110,15 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
-			return g.run(rctx, o.key, id, owner, sent, res, fn)
+			return g.run(rctx, o, id, owner, sent, res, fn)
 		case ClaimBusy:
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}
-			if err := w.wait(ctx, res.RetryAfter); err != nil {
+			t := time.Now()
+			err := w.wait(ctx, res.RetryAfter)
+			o.obs.waitSince(t)
+			if err != nil {
 				return outcome{}, err
 			}
 		default:
@@ -177,13 +186,15 @@ func (w *waiter) close() {
 	}
 }
 
-// run runs fn as the owner of a fresh claim, sent at claimed.
-func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
+// run runs fn as the owner of the claim of o, sent at claimed.
+func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
+	t := time.Now()
 	claimed, err := g.confirmLease(ctx, id, owner, claimed)
+	o.obs.storeSince(t)
 	if err != nil {
 		return outcome{}, err
 	}
-	a := &Attempt{Key: key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
+	a := &Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
 	hctx, stop := g.holdLease(ctx, id, owner, claimed)
 	finished := false
 	defer func() {
@@ -195,7 +206,9 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 	payload, keep := fn(hctx, a)
 	finished = true
 	stop()
-	out := outcome{payload: payload, ran: true}
+	out := outcome{payload: payload, ran: true, lost: errors.Is(context.Cause(hctx), ErrLeaseLost)}
+	t = time.Now()
+	defer o.obs.storeSince(t)
 	if !keep {
 		g.release(ctx, id, owner)
 		return out, nil
@@ -207,9 +220,10 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 		if !errors.Is(cerr, ErrLeaseLost) {
 			cerr = fmt.Errorf("%w: %w", ErrStoreUnavailable, cerr)
 		}
-		g.log.ErrorContext(ctx, "idem: result not recorded", "key", key, "id", id, "fence", res.Fence, "err", cerr)
+		g.log.ErrorContext(ctx, "idem: result not recorded", "event", "result_not_recorded", "key", o.key, "id", id, "fence", res.Fence, "err", cerr)
 		return out, errors.Join(ErrNotRecorded, cerr)
 	}
+	out.stored = true
 	return out, nil
 }
 
@@ -230,7 +244,7 @@ func joinErrors(ferr, err error) error {
 func (g *Guard) release(ctx context.Context, id, owner string) {
 	err := g.bounded(ctx, func(ctx context.Context) error { return g.store.Release(ctx, id, owner) })
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		g.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "id", id, "err", err)
+		g.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "event", "release_failed", "id", id, "err", err)
 	}
 }
 

@@ -68,8 +68,8 @@ const ReplayedHeader = "Idempotent-Replayed"
 // http.Flusher (a no-op until the response is too large to store) and
 // Unwrap for http.ResponseController, and refuses Hijack.
 //
-// Of the Guard's options, WithLease, WithRetention, WithLogger and WithWait
-// (the default of WithRouteWait) apply to the middleware; the others here
+// Of the Guard's options, WithLease, WithRetention, WithLogger, WithObserver
+// and WithWait (the default of WithRouteWait) apply to the middleware; the others here
 // are HTTPOptions. Middleware panics on invalid options, at construction.
 func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 	if g == nil {
@@ -126,21 +126,29 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	ctx, ob := m.g.observe(r.Context(), KindHTTP)
+	if ob != nil {
+		r = r.WithContext(ctx)
+		defer ob.abort()
+	}
 	key, ok := m.key(w, values)
 	if !ok {
+		ob.end(OutcomeInvalidKey, nil)
 		return
 	}
 	scope, ok := m.scopeOf(w, r)
 	if !ok {
+		ob.end(OutcomeInvalidKey, nil)
 		return
 	}
-	body, fp, ok := m.readRequest(w, r)
-	if !ok {
+	body, fp, refused := m.readRequest(w, r)
+	if refused != "" {
+		ob.end(refused, nil)
 		return
 	}
 
 	c := &call{}
-	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait},
+	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, obs: ob},
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
 			c.rec = recorder{w: w, names: m.stored, limit: m.maxResponse}
 			c.body = bodyReader{b: body}
@@ -149,9 +157,12 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.next.ServeHTTP(&c.rec, r2)
 			return m.record(&c.rec)
 		})
+	outcome := outcomeOf(r.Context(), out, err)
 	switch {
 	case out.replayed:
-		m.replay(w, r, out.payload)
+		if !m.replay(w, r, out.payload) {
+			outcome = OutcomeUnreadable
+		}
 	case out.ran:
 		// Committed, released (not stored), or not recorded: the engine
 		// logged the last; the client gets the handler's own response.
@@ -159,6 +170,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.refuse(w, r, err)
 	}
+	ob.end(outcome, err)
 }
 
 // protects reports whether requests with this method need a key. Methods
@@ -200,7 +212,7 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 	}
 	scope := m.scope(r)
 	if scope == "" {
-		m.g.log.ErrorContext(r.Context(), "idem: request refused: WithScope returned an empty scope; is authentication in front of the middleware?",
+		m.g.log.ErrorContext(r.Context(), "idem: request refused: WithScope returned an empty scope; is authentication in front of the middleware?", "event", "scope_missing",
 			"method", r.Method, "path", r.URL.Path)
 		writeProblem(w, &probScopeMissing, "The server could not tell which account this request's "+m.header+" belongs to, so the request was not processed. This is a fault of the server; retrying will not help until it is fixed.")
 		return "", false
@@ -209,8 +221,8 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 }
 
 // readRequest reads the body and fingerprints the request, or answers with
-// a problem.
-func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, fp string, ok bool) {
+// a problem and returns the outcome of the refusal.
+func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, fp string, refused Outcome) {
 	// Read the body behind room for the fingerprint's prefix, so that a
 	// body compared byte for byte is fingerprinted without a copy.
 	path := r.URL.EscapedPath()
@@ -219,12 +231,12 @@ func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body [
 	switch status {
 	case http.StatusRequestEntityTooLarge:
 		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
-		return nil, "", false
+		return nil, "", OutcomeTooLarge
 	case http.StatusBadRequest:
 		writeProblem(w, &probBodyUnreadable, "The request body could not be read completely. Send the request again with the same key.")
-		return nil, "", false
+		return nil, "", OutcomeInvalidKey
 	}
-	return buf[prefix:], requestPrint(r, path, buf, prefix), true
+	return buf[prefix:], requestPrint(r, path, buf, prefix), ""
 }
 
 // call is the state of one protected request, allocated once.
@@ -265,20 +277,21 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		// A duplicate whose client left while it waited is no fault.
 		if !errors.Is(err, ErrStoreUnavailable) && r.Context().Err() == nil {
-			m.g.log.ErrorContext(r.Context(), "idem: request refused", "err", err)
+			m.g.log.ErrorContext(r.Context(), "idem: request refused", "event", "request_refused", "err", err)
 		}
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, &probUnavailable, "The idempotency store is unreachable, so the request was not processed. Retry after the number of seconds in Retry-After, with the same key.")
 	}
 }
 
-// replay answers a repeat with a stored response.
-func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []byte) {
+// replay answers a repeat with a stored response, and reports whether it
+// could be read.
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []byte) bool {
 	resp, err := decodeResponse(payload)
 	if err != nil {
-		m.g.log.ErrorContext(r.Context(), "idem: stored response does not decode", "err", err)
+		m.g.log.ErrorContext(r.Context(), "idem: stored response does not decode", "event", "stored_response_unreadable", "err", err)
 		writeProblem(w, &probStoredUnreadable, "This request was already processed, but its stored response cannot be read. Do not retry it; look up the outcome of the operation instead.")
-		return
+		return false
 	}
 	// One slice for all values and the replay marker.
 	values := make([]string, len(resp.headers)+1)
@@ -304,12 +317,13 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []by
 		h.Set("Content-Type", problemContentType)
 		w.WriteHeader(resp.status)
 		_, _ = w.Write(p.marshal())
-		return
+		return true
 	}
 	w.WriteHeader(resp.status)
 	if len(resp.body) > 0 {
 		_, _ = w.Write(resp.body)
 	}
+	return true
 }
 
 // retrySeconds renders d as whole seconds, rounded up, at least 1.

@@ -626,6 +626,13 @@ func (s *faultyStore) Complete(ctx context.Context, id, owner string, p []byte, 
 	return s.Store.Complete(ctx, id, owner, p, r)
 }
 
+func (s *faultyStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	if err := s.fail["Heartbeat"]; err != nil {
+		return err
+	}
+	return s.Store.Heartbeat(ctx, id, owner, lease)
+}
+
 func TestStoreFaults(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})

@@ -58,7 +58,7 @@ func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, q
 		// Not hctx.Done(): when the caller's context ends, fn is told, but
 		// the lease is held for as long as fn still runs.
 		case <-expire.C:
-			g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
+			g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "event", "lease_renewal_late", "id", id)
 			cancel(ErrLeaseLost)
 			return
 		case <-beat.C:
@@ -75,7 +75,7 @@ func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, q
 			case !time.Now().Before(valid):
 				// The reply came after the lease it was to extend had
 				// run out here: another attempt may have taken over.
-				g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "id", id)
+				g.log.WarnContext(ctx, "idem: lease could not be renewed in time", "event", "lease_renewal_late", "id", id)
 				cancel(ErrLeaseLost)
 				return
 			case err == nil:
@@ -83,11 +83,11 @@ func (g *Guard) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, q
 				expire.Reset(time.Until(valid))
 				beat.Reset(time.Until(sent.Add(g.lease / 3)))
 			case errors.Is(err, ErrLeaseLost):
-				g.log.WarnContext(ctx, "idem: lease lost to another attempt", "id", id)
+				g.log.WarnContext(ctx, "idem: lease lost to another attempt", "event", "lease_lost", "id", id)
 				cancel(ErrLeaseLost)
 				return
 			default:
-				g.log.WarnContext(ctx, "idem: heartbeat failed", "id", id, "err", err)
+				g.log.WarnContext(ctx, "idem: heartbeat failed", "event", "heartbeat_failed", "id", id, "err", err)
 				beat.Reset(g.lease / 10)
 			}
 		}

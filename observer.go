@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -103,4 +104,108 @@ func WithObserver(o Observer) Option {
 			g.observer = o
 		}
 	}
+}
+
+// observation is one operation's report to the Guard's Observer; nil when
+// the Guard has none, and every method is then a no-op.
+type observation struct {
+	g     *Guard
+	ctx   context.Context
+	start time.Time
+	ev    Event
+	ended bool
+}
+
+// observe starts an operation of kind and returns its context: the one the
+// Observer's Start returned, or ctx when there is no Observer.
+func (g *Guard) observe(ctx context.Context, kind Kind) (context.Context, *observation) {
+	if g == nil || g.observer == nil {
+		return ctx, nil
+	}
+	ob := &observation{g: g, ctx: ctx, start: time.Now(), ev: Event{Kind: kind}}
+	ob.safely(func() {
+		if c := g.observer.Start(ctx, kind); c != nil {
+			ob.ctx = c
+		}
+	})
+	return ob.ctx, ob
+}
+
+// end ends the operation, once.
+func (ob *observation) end(outcome Outcome, err error) {
+	if ob == nil || ob.ended {
+		return
+	}
+	ob.ended = true
+	ob.ev.Outcome, ob.ev.Err, ob.ev.Duration = outcome, err, time.Since(ob.start)
+	ob.safely(func() { ob.g.observer.End(ob.ctx, ob.ev) })
+}
+
+// abort ends an operation that fn's panic (or runtime.Goexit) left: the
+// engine released its key.
+func (ob *observation) abort() {
+	ob.end(OutcomeReleased, nil)
+}
+
+// storeSince adds the time since t to the time spent on the store.
+func (ob *observation) storeSince(t time.Time) {
+	if ob != nil {
+		ob.ev.Store += time.Since(t)
+	}
+}
+
+// waitSince adds the time since t to the time spent waiting.
+func (ob *observation) waitSince(t time.Time) {
+	if ob != nil {
+		ob.ev.Wait += time.Since(t)
+	}
+}
+
+// claimed notes the operation's id and the record's fence.
+func (ob *observation) claimed(id string, fence int64) {
+	if ob != nil {
+		ob.ev.ID, ob.ev.Fence = id, fence
+	}
+}
+
+// safely calls f, logging instead of passing on its panic.
+func (ob *observation) safely(f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			ob.g.log.ErrorContext(ob.ctx, "idem: observer panicked", "event", "observer_panic", "panic", p)
+		}
+	}()
+	f()
+}
+
+// outcomeOf names how an operation ended, from what exec returned: out and
+// the engine's error err (not fn's own), in ctx, the caller's context.
+func outcomeOf(ctx context.Context, out outcome, err error) Outcome {
+	if out.replayed {
+		return OutcomeReplayed
+	}
+	if out.ran {
+		switch {
+		case out.lost || errors.Is(err, ErrLeaseLost):
+			return OutcomeLeaseLost
+		case err != nil:
+			return OutcomeNotRecorded
+		case out.stored:
+			return OutcomeExecuted
+		}
+		return OutcomeReleased
+	}
+	switch {
+	case errors.Is(err, ErrInProgress):
+		return OutcomeInProgress
+	case errors.Is(err, ErrMismatch):
+		return OutcomeMismatch
+	case errors.Is(err, ErrInvalidKey):
+		return OutcomeInvalidKey
+	case errors.Is(err, ErrStoreUnavailable):
+		return OutcomeStoreUnavailable
+	case ctx.Err() != nil:
+		return OutcomeCanceled
+	}
+	return OutcomeStoreUnavailable
 }

@@ -32,7 +32,7 @@ func (s *RedisStore) Check(ctx context.Context) error {
 		}
 		policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err == nil && policy["maxmemory-policy"] != "" && policy["maxmemory-policy"] != "noeviction" {
-			s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction",
+			s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction", "event", "eviction_policy",
 				"addr", c.Options().Addr, "maxmemory-policy", policy["maxmemory-policy"])
 		}
 		return nil

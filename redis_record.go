@@ -93,7 +93,8 @@ func parseClaim(reply any) (ClaimResult, error) {
 			return ClaimResult{}, errors.New("idem: unexpected claim reply: a record not completed")
 		}
 		p, err := decodePayload(f.body)
-		return ClaimResult{Status: ClaimCompleted, Payload: p}, err
+		fence, _ := strconv.ParseInt(f.fence, 10, 64)
+		return ClaimResult{Status: ClaimCompleted, Fence: fence, Payload: p}, err
 	}
 	v, _ := reply.([]any)
 	if len(v) == 0 {
@@ -113,6 +114,9 @@ func parseClaim(reply any) (ClaimResult, error) {
 		ttl, _ := v[1].(int64)
 		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
 	case res.Status == ClaimMismatch:
+		if len(v) == 2 {
+			res.Fence, _ = v[1].(int64)
+		}
 	default:
 		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
 	}

@@ -99,7 +99,7 @@ func (s ClaimStatus) String() string {
 // are set.
 type ClaimResult struct {
 	Status      ClaimStatus
-	Fence       int64             // ClaimOK: the attempt's fence
+	Fence       int64             // ClaimOK: the attempt's fence; ClaimCompleted, ClaimMismatch: the record's (0 if unknown)
 	Checkpoints map[string][]byte // ClaimOK: checkpoints of earlier attempts
 	Payload     []byte            // ClaimCompleted: the stored payload
 	RetryAfter  time.Duration     // ClaimBusy: remaining time of the holder's lease

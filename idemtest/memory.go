@@ -97,9 +97,9 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, c idem.ClaimRequest)
 		r = &memRecord{fence: 1, created: now.Truncate(time.Second)}
 		s.records[id] = r
 	case r.fp != c.Fingerprint:
-		return idem.ClaimResult{Status: idem.ClaimMismatch}, nil
+		return idem.ClaimResult{Status: idem.ClaimMismatch, Fence: r.fence}, nil
 	case r.completed:
-		return idem.ClaimResult{Status: idem.ClaimCompleted, Payload: clone(r.payload)}, nil
+		return idem.ClaimResult{Status: idem.ClaimCompleted, Fence: r.fence, Payload: clone(r.payload)}, nil
 	case r.owner == c.Owner && (!held || l.owner == c.Owner):
 		// A re-sent claim: renew the lease, keep the record as it is.
 		s.leases[id] = memLease{owner: c.Owner, expires: now.Add(c.Lease)}

@@ -25,7 +25,7 @@
 --   record                   completed, same fingerprint: the whole record as a bare string,
 --                            unparsed (the hot path of replays: one reply value to read)
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
---   {4}                      mismatch: the record holds another fingerprint (decided here
+--   {4, fence}               mismatch: the record holds another fingerprint (decided here
 --                            only, for every state)
 local v = redis.call('GET', KEYS[1])
 local fence, cps, created = 1, '', nil
@@ -40,7 +40,7 @@ if v then
     return redis.error_reply('idem: unreadable record at ' .. KEYS[1])
   end
   if fp ~= ARGV[2] then
-    return {4}
+    return {4, tonumber(f)}
   end
   if head == '1C' then
     if ARGV[5] == '1' then
