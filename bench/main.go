@@ -51,7 +51,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "http", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "canon"}
+var scenarioNames = []string{"floor", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "canon"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -59,7 +59,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: a few seconds, numbers are noise")
 	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time per variant (split into -rounds rounds)")
 	fs.IntVar(&c.rounds, "rounds", 8, "rounds per variant; the variants of a comparison alternate round by round")
-	fs.IntVar(&c.clients, "clients", 16, "concurrent clients for floor, HTTP, SQL and contention")
+	fs.IntVar(&c.clients, "clients", 16, "concurrent clients for floor, HTTP, gRPC, SQL and contention")
 	fs.DurationVar(&c.delay, "delay", 500*time.Microsecond, "simulated network delay per round trip in the second floor run")
 	levels := fs.String("levels", "1,4,16,64", "client concurrency levels for the scale scenario")
 	fs.IntVar(&c.raceKeys, "race-keys", 200, "keys in the contention scenario (each hit by -clients goroutines at once)")
@@ -223,7 +223,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		name string
 		run  func(context.Context, *env) error
 	}{
-		{"floor", runFloor}, {"http", runHTTP}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"canon", runCanon},
+		{"floor", runFloor}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"canon", runCanon},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {

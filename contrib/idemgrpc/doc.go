@@ -12,6 +12,13 @@
 // (AIP-155's request_id, or the idempotency-key metadata), the repeat gets
 // the first answer and the card is charged once.
 //
+// A runnable example, a payments service and its client on an embedded Redis
+// (miniredis), charges a card once, replays a retried call, refuses a key
+// reused for another amount, and retries a call whose answer was lost; from
+// the repository's root:
+//
+//	go -C contrib/idemgrpc run ./examples/payments
+//
 // # Server contract
 //
 // A call's key is read by the WithKeyFunc function, when it reports one, else
