@@ -195,17 +195,17 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 		return outcome{}, err
 	}
 	a := &Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
-	hctx, stop := g.holdLease(ctx, id, owner, claimed)
+	hctx, hold := g.holdLease(ctx, id, owner, claimed)
 	finished := false
 	defer func() {
 		if !finished { // fn panicked or called runtime.Goexit
-			stop()
+			hold.stop()
 			g.release(ctx, id, owner)
 		}
 	}()
 	payload, keep := fn(hctx, a)
 	finished = true
-	stop()
+	hold.stop()
 	out := outcome{payload: payload, ran: true, lost: errors.Is(context.Cause(hctx), ErrLeaseLost)}
 	t = time.Now()
 	defer o.obs.storeSince(t)
@@ -258,7 +258,10 @@ var errWriteTimeout = errors.New("idem: the store did not answer within the writ
 // ContextTimeoutEnabled is set): then the call is left to finish on its own,
 // within the client's own timeouts, and bounded reports errWriteTimeout.
 func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.write)
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.write)
 	done := make(chan error, 1)
 	go func() {
 		defer cancel()

@@ -150,7 +150,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &call{}
 	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, obs: ob},
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
-			c.rec = recorder{w: w, names: m.stored, limit: m.maxResponse}
+			c.rec = recorder{w: w, limit: m.maxResponse}
 			c.body = bodyReader{b: body}
 			r2 := r.WithContext(ContextWithAttempt(ctx, a))
 			r2.Body = &c.body
@@ -223,11 +223,7 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 // readRequest reads the body and fingerprints the request, or answers with
 // a problem and returns the outcome of the refusal.
 func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, fp string, refused Outcome) {
-	// Read the body behind room for the fingerprint's prefix, so that a
-	// body compared byte for byte is fingerprinted without a copy.
-	path := r.URL.EscapedPath()
-	prefix := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4
-	buf, status := readBody(r, m.maxRequest, prefix)
+	body, status := readBody(r, m.maxRequest)
 	switch status {
 	case http.StatusRequestEntityTooLarge:
 		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
@@ -236,7 +232,7 @@ func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body [
 		writeProblem(w, &probBodyUnreadable, "The request body could not be read completely. Send the request again with the same key.")
 		return nil, "", OutcomeInvalidKey
 	}
-	return buf[prefix:], requestPrint(r, path, buf, prefix), ""
+	return body, requestPrint(r, r.URL.EscapedPath(), body), ""
 }
 
 // call is the state of one protected request, allocated once.
@@ -252,10 +248,12 @@ func (m *middleware) record(rec *recorder) ([]byte, bool) {
 	if !m.cacheStatus(rec.code) {
 		return nil, false
 	}
+	tag, body := payloadResponse, rec.body
 	if rec.streaming {
-		return appendHead(nil, payloadTooLarge, rec.code, rec.snap, m.stored), true
+		tag, body = payloadTooLarge, nil
 	}
-	return rec.buf, true
+	p := make([]byte, 0, headSize(tag, rec.snap, m.stored)+len(body))
+	return append(appendHead(p, tag, rec.code, rec.snap, m.stored), body...), true
 }
 
 // refuse answers a request whose handler did not run.
@@ -293,20 +291,16 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []by
 		writeProblem(w, &probStoredUnreadable, "This request was already processed, but its stored response cannot be read. Do not retry it; look up the outcome of the operation instead.")
 		return false
 	}
-	// One slice for all values and the replay marker.
-	values := make([]string, len(resp.headers)+1)
 	h := w.Header()
 	for i := 0; i < len(resp.headers); {
-		name := resp.headers[i].name
-		j := i
-		for ; j < len(resp.headers) && resp.headers[j].name == name; j++ {
-			values[j] = resp.headers[j].value
+		name := resp.headers[i].name // the values of a name are stored together
+		var values []string
+		for ; i < len(resp.headers) && resp.headers[i].name == name; i++ {
+			values = append(values, resp.headers[i].value)
 		}
-		h[name] = values[i:j:j]
-		i = j
+		h[name] = values
 	}
-	values[len(values)-1] = "true"
-	h[ReplayedHeader] = values[len(values)-1:]
+	h[ReplayedHeader] = []string{"true"}
 	if resp.tooLarge {
 		p := problem{
 			Type:   problemBase + "response-not-stored",

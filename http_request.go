@@ -1,7 +1,10 @@
 package idem
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"net/http"
@@ -52,17 +55,16 @@ func parseKey(v string) (string, error) {
 	return "", fmt.Errorf("%w: quoted string without a closing quote", ErrInvalidKey)
 }
 
-// readBody reads r's body, up to max bytes, into a buffer after prefix bytes
-// of free room. status is 413 when the body is larger than max, 400 when it
+// readBody reads r's body, up to max bytes. status is 413 when the body is larger than max, 400 when it
 // could not be read, 0 otherwise. The buffer grows with the bytes that
 // arrive: a client that announces a large Content-Length and sends little
 // makes the server allocate little.
-func readBody(r *http.Request, max int64, prefix int) (buf []byte, status int) {
+func readBody(r *http.Request, max int64) (buf []byte, status int) {
 	if r.ContentLength > max {
 		return nil, http.StatusRequestEntityTooLarge
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return make([]byte, prefix), 0
+		return nil, 0
 	}
 	// want is where reading stops: the announced length, or one byte past
 	// the limit.
@@ -73,23 +75,23 @@ func readBody(r *http.Request, max int64, prefix int) (buf []byte, status int) {
 	if r.ContentLength >= 0 {
 		want = int(r.ContentLength)
 	}
-	buf = make([]byte, prefix, prefix+min(want, firstBodyRead))
-	for len(buf)-prefix < want {
+	buf = make([]byte, 0, min(want, firstBodyRead))
+	for len(buf) < want {
 		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), prefix+min(2*(cap(buf)-prefix), want))
+			grown := make([]byte, len(buf), min(2*cap(buf), want))
 			copy(grown, buf)
 			buf = grown
 		}
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if err == io.EOF && (r.ContentLength < 0 || len(buf)-prefix == want) {
+		if err == io.EOF && (r.ContentLength < 0 || len(buf) == want) {
 			break
 		}
 		if err != nil {
 			return nil, http.StatusBadRequest // also a body shorter than announced
 		}
 	}
-	if int64(len(buf)-prefix) > max {
+	if int64(len(buf)) > max {
 		return nil, http.StatusRequestEntityTooLarge
 	}
 	return buf, 0
@@ -129,26 +131,17 @@ const (
 )
 
 // requestPrint fingerprints a request: method, escaped path, raw query and
-// body. buf holds the body after prefix bytes of free room, which
-// requestPrint fills with the method, path and query. A JSON body (by
-// Content-Type) that parses is fingerprinted in canonical form; any other
-// body byte for byte.
-func requestPrint(r *http.Request, path string, buf []byte, prefix int) string {
-	head := append(buf[:0], r.Method...)
-	head = append(head, '\n')
-	head = append(head, path...)
-	head = append(head, '\n')
-	head = append(head, r.URL.RawQuery...)
-	head = append(head, '\n', modeBytes)
-	body := buf[prefix:]
+// body. A JSON body (by Content-Type) that parses is fingerprinted in
+// canonical form; any other body byte for byte.
+func requestPrint(r *http.Request, path string, body []byte) string {
+	size := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4 + len(body)
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 		c := canonicalizers.Get().(*canonicalizer)
 		c.src = body
-		if cap(c.dst) < len(buf) {
-			c.dst = make([]byte, 0, len(buf)) // the canonical form is never longer
+		if cap(c.dst) < size {
+			c.dst = make([]byte, 0, size) // the canonical form is never longer
 		}
-		c.dst = append(c.dst[:0], head...)
-		c.dst[prefix-1] = modeJSON
+		c.dst = appendRequestHead(c.dst[:0], r, path, modeJSON)
 		out, ok := c.run()
 		var fp string
 		if ok {
@@ -162,7 +155,37 @@ func requestPrint(r *http.Request, path string, buf []byte, prefix int) string {
 			return fp
 		}
 	}
-	return fingerprint(buf)
+	p := printers.Get().(*printer)
+	p.h.Reset()
+	p.head = appendRequestHead(p.head[:0], r, path, modeBytes)
+	p.h.Write(p.head)
+	p.h.Write(body)
+	fp := base64.RawURLEncoding.EncodeToString(p.h.Sum(p.sum[:0])[:16])
+	if cap(p.head) <= maxPooledBuffer {
+		printers.Put(p)
+	}
+	return fp
+}
+
+// printer hashes a request's head and body without joining them: fingerprint
+// of their concatenation.
+type printer struct {
+	h    hash.Hash
+	head []byte
+	sum  [sha256.Size]byte
+}
+
+var printers = sync.Pool{New: func() any { return &printer{h: sha256.New()} }}
+
+// appendRequestHead appends the fingerprinted head of a request: method,
+// escaped path and raw query, each ended by a newline, and the body's mode.
+func appendRequestHead(b []byte, r *http.Request, path string, mode byte) []byte {
+	b = append(b, r.Method...)
+	b = append(b, '\n')
+	b = append(b, path...)
+	b = append(b, '\n')
+	b = append(b, r.URL.RawQuery...)
+	return append(b, '\n', mode)
 }
 
 // canonicalizers are reused, buffers and all, up to maxPooledBuffer.

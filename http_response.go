@@ -16,19 +16,12 @@ import (
 // headers are snapshotted at the first write. It holds the response until
 // send, unless the body grows past limit: then it sends what it has and
 // passes the rest through (streaming).
-//
-// The held response is kept as the payload to store: at the first write the
-// status and the stored headers are encoded into buf, and the body is
-// appended after them.
 type recorder struct {
 	w         http.ResponseWriter
-	names     []string // the headers to store
 	limit     int
 	code      int
 	snap      []headerValues // the header map at the first write
-	snapBuf   [8]headerValues
-	buf       []byte // encoded head, then the body from bodyStart
-	bodyStart int
+	body      []byte
 	streaming bool // the body outgrew limit: writes pass through
 	sent      bool // status and headers are written to w
 }
@@ -57,13 +50,11 @@ func (rec *recorder) WriteHeader(code int) {
 		return
 	}
 	rec.code = code
-	rec.snap = rec.snapBuf[:0]
-	for k, v := range rec.w.Header() {
+	h := rec.w.Header()
+	rec.snap = make([]headerValues, 0, len(h))
+	for k, v := range h {
 		rec.snap = append(rec.snap, headerValues{k, v})
 	}
-	size := headSize(payloadResponse, rec.snap, rec.names)
-	rec.buf = appendHead(make([]byte, 0, size+min(rec.limit, 512)), payloadResponse, code, rec.snap, rec.names)
-	rec.bodyStart = len(rec.buf)
 }
 
 // get returns the snapshot's values of key.
@@ -78,9 +69,6 @@ func lookup(snap []headerValues, key string) []string {
 	return nil
 }
 
-// body returns the held body.
-func (rec *recorder) body() []byte { return rec.buf[rec.bodyStart:] }
-
 // Write holds p, implying status 200 on the first call.
 func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.code == 0 {
@@ -92,12 +80,21 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.streaming {
 		return rec.w.Write(p)
 	}
-	if len(rec.buf)-rec.bodyStart+len(p) > rec.limit {
+	if len(rec.body)+len(p) > rec.limit {
 		rec.stream()
 		return rec.w.Write(p)
 	}
-	rec.buf = append(rec.buf, p...)
+	rec.hold(len(p))
+	rec.body = append(rec.body, p...)
 	return len(p), nil
+}
+
+// hold makes room for the first n bytes of a body, so that a small body
+// takes one allocation.
+func (rec *recorder) hold(n int) {
+	if rec.body == nil {
+		rec.body = make([]byte, 0, min(rec.limit, max(n, firstBodyRead)))
+	}
 }
 
 // WriteString is Write for a string.
@@ -105,10 +102,11 @@ func (rec *recorder) WriteString(s string) (int, error) {
 	if rec.code == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
-	if rec.streaming || len(rec.buf)-rec.bodyStart+len(s) > rec.limit || !bodyAllowed(rec.code) {
+	if rec.streaming || len(rec.body)+len(s) > rec.limit || !bodyAllowed(rec.code) {
 		return rec.Write([]byte(s))
 	}
-	rec.buf = append(rec.buf, s...)
+	rec.hold(len(s))
+	rec.body = append(rec.body, s...)
 	return len(s), nil
 }
 
@@ -145,8 +143,7 @@ func (rec *recorder) finish() {
 func (rec *recorder) stream() {
 	rec.send()
 	rec.streaming = true
-	rec.buf = nil
-	rec.bodyStart = 0
+	rec.body = nil
 }
 
 // send writes the held response to the underlying writer, with the header
@@ -174,8 +171,8 @@ func (rec *recorder) send() {
 		live[kv.key] = kv.values
 	}
 	rec.w.WriteHeader(rec.code)
-	if b := rec.body(); len(b) > 0 {
-		_, _ = rec.w.Write(b)
+	if len(rec.body) > 0 {
+		_, _ = rec.w.Write(rec.body)
 	}
 	for _, kv := range trailers {
 		live[kv.key] = kv.values
@@ -337,36 +334,9 @@ func decodeResponse(p []byte) (storedResponse, error) {
 	// First pass: find where the headers end; second: cut them out of
 	// one string.
 	i := 3 + n
-	str := func(s string, i int) (string, int, bool) {
-		l, n := binary.Uvarint(p[i:])
-		if n <= 0 || l > uint64(len(p)-i-n) {
-			return "", 0, false
-		}
-		i += n
-		return s[min(i, len(s)):min(i+int(l), len(s))], i + int(l), true
-	}
-	end := i
-	for range count {
-		if end >= len(p) {
-			return r, errPayload
-		}
-		code := p[end]
-		end++
-		ok := true
-		switch {
-		case code >= typeCode && int(code-typeCode) < len(wellKnownTypes):
-			continue
-		case code == 0:
-			_, end, ok = str("", end)
-		case int(code) > len(wellKnownHeaders):
-			return r, errPayload
-		}
-		if ok {
-			_, end, ok = str("", end)
-		}
-		if !ok {
-			return r, errPayload
-		}
+	end, ok := headersEnd(p, i, count)
+	if !ok {
+		return r, errPayload
 	}
 	head := string(p[:end])
 	r.headers = make([]storedHeader, count)
@@ -379,12 +349,51 @@ func decodeResponse(p []byte) (storedResponse, error) {
 			h.name, h.value = "Content-Type", wellKnownTypes[code-typeCode]
 			continue
 		case code == 0:
-			h.name, i, _ = str(head, i)
+			h.name, i, _ = cut(p, head, i)
 		default:
 			h.name = wellKnownHeaders[code-1]
 		}
-		h.value, i, _ = str(head, i)
+		h.value, i, _ = cut(p, head, i)
 	}
 	r.body = p[end:]
 	return r, nil
+}
+
+// headersEnd checks the count headers of p that start at i, and returns
+// where they end.
+func headersEnd(p []byte, i int, count uint64) (int, bool) {
+	for range count {
+		if i >= len(p) {
+			return 0, false
+		}
+		code := p[i]
+		i++
+		ok := true
+		switch {
+		case code >= typeCode && int(code-typeCode) < len(wellKnownTypes):
+			continue
+		case code == 0:
+			_, i, ok = cut(p, "", i)
+		case int(code) > len(wellKnownHeaders):
+			return 0, false
+		}
+		if ok {
+			_, i, ok = cut(p, "", i)
+		}
+		if !ok {
+			return 0, false
+		}
+	}
+	return i, true
+}
+
+// cut reads the length-prefixed string at p[i:], returned as a substring of
+// s (the string of p's head, or "" to only check it), and the index after it.
+func cut(p []byte, s string, i int) (string, int, bool) {
+	l, n := binary.Uvarint(p[i:])
+	if n <= 0 || l > uint64(len(p)-i-n) {
+		return "", 0, false
+	}
+	i += n
+	return s[min(i, len(s)):min(i+int(l), len(s))], i + int(l), true
 }

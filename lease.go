@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -15,23 +16,42 @@ import (
 // margin of a tenth. That deadline holds even while a renewal hangs on an
 // unresponsive server. stop ends the heartbeat and returns once no renewal
 // is in flight.
-func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Time) (hctx context.Context, stop func()) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	quit := make(chan struct{})
-	done := make(chan struct{})
+func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Time) (hctx context.Context, h *leaseHold) {
+	h = &leaseHold{g: g, ctx: ctx, id: id, owner: owner, claimed: claimed, quit: make(chan struct{})}
+	hctx, h.cancel = context.WithCancelCause(ctx)
 	// Most functions finish within lease/3: the heartbeat goroutine starts
 	// only when the first renewal is due, so they pay for one timer.
-	first := time.AfterFunc(time.Until(claimed.Add(g.lease/3)), func() {
-		defer close(done)
-		g.heartbeat(ctx, cancel, quit, id, owner, claimed)
-	})
-	return hctx, func() {
-		if !first.Stop() {
-			close(quit)
-			<-done
-		}
-		cancel(nil)
+	h.running.Add(1)
+	h.first = time.AfterFunc(time.Until(claimed.Add(g.lease/3)), h.run)
+	return hctx, h
+}
+
+// leaseHold is a lease held while fn runs; see holdLease.
+type leaseHold struct {
+	g         *Guard
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	id, owner string
+	claimed   time.Time
+	first     *time.Timer // starts the heartbeat
+	quit      chan struct{}
+	running   sync.WaitGroup // the heartbeat, until it returns
+}
+
+func (h *leaseHold) run() {
+	defer h.running.Done()
+	h.g.heartbeat(h.ctx, h.cancel, h.quit, h.id, h.owner, h.claimed)
+}
+
+// stop ends the heartbeat and returns once no renewal is in flight.
+func (h *leaseHold) stop() {
+	if h.first.Stop() {
+		h.running.Done() // the heartbeat never started
+	} else {
+		close(h.quit)
+		h.running.Wait()
 	}
+	h.cancel(nil)
 }
 
 // heartbeat renews the lease now and every lease/3 after, until quit is
