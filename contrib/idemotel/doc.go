@@ -25,6 +25,11 @@
 // boundaries (an advice a View may override) run from 5 ms to 60 s, and from
 // 0.5 ms to 5 s for the store.
 //
+// Exported to Prometheus (examples/prometheus shows the wiring), they are
+// idem_operations_total, idem_operation_duration_seconds,
+// idem_wait_duration_seconds and idem_store_duration_seconds, with the labels
+// idem_kind and idem_outcome.
+//
 // idem.kind is "do" (idem.Do), "once" (Guard.Once) or "http"
 // (Guard.Middleware). idem.outcome is one of the idem.Outcome values, each
 // defined in the core's documentation:
@@ -66,7 +71,8 @@
 // unreadable has status Error, with the caller's error recorded as an
 // exception event. The other outcomes leave the status unset: a conflict or a
 // mismatch is the client's, and fn's own error is for the spans fn opens and
-// the caller's to record.
+// the caller's to record. The metrics do not depend on sampling: an
+// operation whose span is not sampled is counted all the same.
 //
 // # Cardinality and privacy
 //
