@@ -136,22 +136,8 @@ const (
 func requestPrint(r *http.Request, path string, body []byte) string {
 	size := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4 + len(body)
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
-		c := canonicalizers.Get().(*canonicalizer)
-		c.src = body
-		if cap(c.dst) < size {
-			c.dst = make([]byte, 0, size) // the canonical form is never longer
-		}
-		c.dst = appendRequestHead(c.dst[:0], r, path, modeJSON)
-		out, ok := c.run()
-		var fp string
-		if ok {
-			fp = fingerprint(out)
-		}
-		c.reset(out)
-		if c.small(maxPooledBuffer) {
-			canonicalizers.Put(c)
-		}
-		if ok {
+		head := func(b []byte) []byte { return appendRequestHead(b, r, path, modeJSON) }
+		if fp, ok := canonicalPrint(body, size, head); ok {
 			return fp
 		}
 	}
@@ -186,6 +172,28 @@ func appendRequestHead(b []byte, r *http.Request, path string, mode byte) []byte
 	b = append(b, '\n')
 	b = append(b, r.URL.RawQuery...)
 	return append(b, '\n', mode)
+}
+
+// canonicalPrint fingerprints head followed by the canonical form of the
+// JSON document src, and reports false when src is not one it
+// canonicalises. head appends to its argument; size bounds the result.
+func canonicalPrint(src []byte, size int, head func([]byte) []byte) (string, bool) {
+	c := canonicalizers.Get().(*canonicalizer)
+	c.src = src
+	if cap(c.dst) < size {
+		c.dst = make([]byte, 0, size) // the canonical form is never longer
+	}
+	c.dst = head(c.dst[:0])
+	out, ok := c.run()
+	var fp string
+	if ok {
+		fp = fingerprint(out)
+	}
+	c.reset(out)
+	if c.small(maxPooledBuffer) {
+		canonicalizers.Put(c)
+	}
+	return fp, ok
 }
 
 // canonicalizers are reused, buffers and all, up to maxPooledBuffer.

@@ -46,8 +46,8 @@ func requestFingerprint(req any) (string, error) {
 		// Structs marshal in field order, maps in key order: canonicalise
 		// so that equal JSON documents fingerprint equally, also across a
 		// deploy that reorders a struct's fields.
-		if c, ok := canonicalJSON(make([]byte, 0, len(b)), b); ok {
-			b = c
+		if fp, ok := canonicalPrint(b, len(b), func(dst []byte) []byte { return dst }); ok {
+			return fp, nil
 		}
 	}
 	return fingerprint(b), nil

@@ -18,7 +18,7 @@ import (
 var (
 	//go:embed lua/forget.lua
 	forgetLua    string
-	forgetScript = redis.NewScript(forgetLua)
+	forgetScript = newScript(forgetLua)
 )
 
 // Kind is the kind of an operation: what ran it. Each kind has a key space of

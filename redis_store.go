@@ -26,11 +26,11 @@ var (
 	//go:embed lua/release.lua
 	releaseLua string
 
-	claimScript      = redis.NewScript(claimLua)
-	heartbeatScript  = redis.NewScript(heartbeatLua)
-	checkpointScript = redis.NewScript(checkpointLua)
-	completeScript   = redis.NewScript(completeLua)
-	releaseScript    = redis.NewScript(releaseLua)
+	claimScript      = newScript(claimLua)
+	heartbeatScript  = newScript(heartbeatLua)
+	checkpointScript = newScript(checkpointLua)
+	completeScript   = newScript(completeLua)
+	releaseScript    = newScript(releaseLua)
 )
 
 // RedisStore is the Store on Redis 7.0 or newer, standalone, with replicas,
@@ -243,7 +243,8 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	return owned(releaseScript.Run(ctx, s.c, s.keys(id), owner).Int64())
+	cmd, _ := s.eval(ctx, releaseScript, s.keys(id), owner)
+	return owned(cmd.Int64())
 }
 
 // Read implements StoreReader: Inspect's record, nil when there is none.
