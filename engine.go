@@ -29,6 +29,9 @@ type op struct {
 	detach bool
 	// wait is how long a duplicate waits for the holder's result (WithWait).
 	wait time.Duration
+	// retention, when positive, is kept by the op's records instead of the
+	// Guard's retention (WithRouteRetention).
+	retention time.Duration
 }
 
 // id returns the operation's stable, opaque id: the first 128 bits of the
@@ -81,7 +84,7 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	}
 	id := o.id()
 	owner := newToken()
-	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retention}
+	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
 	var deadline time.Time
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
@@ -104,7 +107,9 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
-			return g.run(rctx, o.key, id, owner, sent, res, fn)
+			return g.run(rctx, o.key, id, owner, g.retentionOf(o), sent, res, fn)
+		case ClaimUnreadable:
+			return outcome{}, g.unreadableRecord(ctx, id)
 		case ClaimBusy:
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
@@ -178,7 +183,7 @@ func (w *waiter) close() {
 }
 
 // run runs fn as the owner of a fresh claim, sent at claimed.
-func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
+func (g *Guard) run(ctx context.Context, key, id, owner string, retention time.Duration, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
 	claimed, err := g.confirmLease(ctx, id, owner, claimed)
 	if err != nil {
 		return outcome{}, err
@@ -201,7 +206,7 @@ func (g *Guard) run(ctx context.Context, key, id, owner string, claimed time.Tim
 		return out, nil
 	}
 	cerr := g.bounded(ctx, func(ctx context.Context) error {
-		return g.store.Complete(ctx, id, owner, payload, g.retention)
+		return g.store.Complete(ctx, id, owner, payload, retention)
 	})
 	if cerr != nil {
 		if !errors.Is(cerr, ErrLeaseLost) {
@@ -264,12 +269,13 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 }
 
 // storeError wraps a store failure as ErrStoreUnavailable, unless it was the
-// caller's own context that ended.
+// caller's own context that ended, or a stored value that the Guard cannot
+// read (ErrUnreadable, from WithSealer).
 func (g *Guard) storeError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("idem: %w", context.Cause(ctx))
-	case errors.Is(err, ErrStoreUnavailable):
+	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrUnreadable):
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)

@@ -48,7 +48,8 @@ type httpConfig struct {
 	maxResponse int
 	retryAfter  time.Duration
 	wait        time.Duration
-	waitSet     bool // WithRouteWait was given; else the Guard's wait
+	waitSet     bool          // WithRouteWait was given; else the Guard's wait
+	retention   time.Duration // WithRouteRetention; 0: the Guard's
 	errs        []string
 }
 
@@ -243,5 +244,22 @@ func WithRouteWait(d time.Duration) HTTPOption {
 			c.fail("WithRouteWait(%v): must not be negative", d)
 		}
 		c.wait, c.waitSet = d, true
+	}
+}
+
+// WithRouteRetention sets how long the records of this middleware's routes
+// are kept and replayed: d instead of the Guard's WithRetention. The lease
+// rules are unchanged: an unfinished record lives at most the lease plus d
+// after its last claim, a completed one d. Use it to keep a route's stored
+// responses no longer than the rules for its data allow (an hour for a
+// route whose responses hold card data, while the others keep 24h), and
+// longer than its clients retry. A duration that is not positive makes
+// Middleware panic.
+func WithRouteRetention(d time.Duration) HTTPOption {
+	return func(c *httpConfig) {
+		if d <= 0 {
+			c.fail("WithRouteRetention(%v): must be positive", d)
+		}
+		c.retention = d
 	}
 }

@@ -112,7 +112,7 @@ func parseClaim(reply any) (ClaimResult, error) {
 	case res.Status == ClaimBusy && len(v) == 2:
 		ttl, _ := v[1].(int64)
 		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
-	case res.Status == ClaimMismatch:
+	case res.Status == ClaimMismatch, res.Status == ClaimUnreadable:
 	default:
 		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
 	}
