@@ -244,3 +244,51 @@ func TestSealDumpSeesPlaintext(t *testing.T) {
 		require.True(t, found, "the scan reads stored responses")
 	})
 }
+
+// onlySealer hides every method of its Sealer but Seal and Open.
+type onlySealer struct{ idem.Sealer }
+
+// badKeys is a FingerprintKeyer that gives unusable fingerprint keys.
+type badKeys struct {
+	idem.Sealer
+	current string
+	secrets map[string][]byte
+}
+
+func (k badKeys) FingerprintKeys() (string, map[string][]byte) { return k.current, k.secrets }
+
+func TestSealFingerprintKeys(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		id := idem.OperationID(idem.KindDo, "", "k")
+		fingerprint := func(g *idem.Guard, key string) string {
+			_, err := idem.Do(ctx, g, key, payment{1, "EUR"}, okFn("x"))
+			require.NoError(t, err)
+			r, err := b.store().Read(ctx, idem.OperationID(idem.KindDo, "", key))
+			require.NoError(t, err)
+			return r.Fingerprint
+		}
+		plain := fingerprint(b.guard(t), "plain")
+		require.NotContains(t, plain, ".")
+		require.Equal(t, plain, fingerprint(b.guard(t, idem.WithSealer(onlySealer{newSealer(t, "k1", "k1")})), "custom"),
+			"a Sealer without FingerprintKeys leaves the fingerprint plain")
+		keyed := fingerprint(sealedGuard(t, b, "k1"), "keyed")
+		require.True(t, strings.HasPrefix(keyed, "k1."), keyed)
+		require.Len(t, keyed, len("k1.")+22, "128 bits, base64url")
+		require.NotContains(t, keyed, plain)
+
+		s := newSealer(t, "k1", "k1")
+		for _, bad := range []badKeys{
+			{Sealer: s, current: "k2", secrets: map[string][]byte{"k1": testKey(1)}},
+			{Sealer: s, current: "k,1", secrets: map[string][]byte{"k,1": testKey(1)}},
+			{Sealer: s, current: "k1", secrets: map[string][]byte{"k1": testKey(1)[:8]}},
+		} {
+			_, err := idem.Do(ctx, b.guard(t, idem.WithSealer(bad)), "k", payment{1, "EUR"}, okFn("x"))
+			require.ErrorIs(t, err, idem.ErrStoreUnavailable, "%+v", bad.current)
+			require.ErrorContains(t, err, "WithSealer")
+		}
+		r, err := b.store().Read(ctx, id)
+		require.NoError(t, err)
+		require.Nil(t, r, "nothing claimed")
+	})
+}
