@@ -170,6 +170,14 @@ func WithKeyHeader(name string) HTTPOption {
 // Content-Range, Content-Location, ETag, Last-Modified, Vary, Cache-Control
 // and Location. Set-Cookie, Authorization and the other credential and
 // connection headers are never stored: naming one makes Middleware panic.
+//
+// What is stored per request, for the retention (the Guard's, or
+// WithRouteRetention's): the status, the values of these headers, and the
+// body up to WithMaxResponseBody; besides, the request's fingerprint (a
+// hash, never the request). Keep it to what a retry needs: add no header
+// the client can do without, answer with an id and a Location and let the
+// client GET the details, and seal what is stored (WithSealer) when it holds
+// customer data (Location can carry ids).
 func WithStoredHeaders(names ...string) HTTPOption {
 	return func(c *httpConfig) {
 		for _, n := range names {
@@ -206,7 +214,9 @@ func WithMaxRequestBody(n int64) HTTPOption {
 // that do not describe the body (Location and those added by
 // WithStoredHeaders). A repeat of the key does not run the handler again: it
 // gets that status and those headers with a problem body saying that the
-// response cannot be replayed (see docs/http.md). Zero stores no body at all.
+// response cannot be replayed (see docs/http.md). Zero stores no body at all:
+// the smallest record, for routes whose clients need only the status and
+// Location on a retry. See WithStoredHeaders for what is stored per request.
 func WithMaxResponseBody(n int) HTTPOption {
 	return func(c *httpConfig) {
 		if n < 0 {
