@@ -4,12 +4,14 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // A Sealer protects what a Guard stores: Do and Once results (a Permanent
@@ -137,7 +139,7 @@ func NewAESGCMSealer(current string, keys map[string][]byte) (Sealer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("idem: NewAESGCMSealer: key %q: %w", id, err)
 		}
-		if s.aeads[id], err = cipher.NewGCMWithRandomNonce(block); err != nil {
+		if s.aeads[id], err = cipher.NewGCM(block); err != nil {
 			return nil, fmt.Errorf("idem: NewAESGCMSealer: key %q: %w", id, err)
 		}
 		mac := hmac.New(sha256.New, k)
@@ -168,9 +170,40 @@ func validKeyID(id string) error {
 // Seal implements Sealer.
 func (s *aesgcmSealer) Seal(plaintext, binding []byte) ([]byte, error) {
 	aead := s.aeads[s.current]
-	out := make([]byte, len(s.head), len(s.head)+len(plaintext)+aead.Overhead())
+	h := len(s.head)
+	out := make([]byte, h+nonceLen, h+nonceLen+len(plaintext)+aead.Overhead())
 	copy(out, s.head)
-	return aead.Seal(out, nil, plaintext, additionalData(s.head, binding)), nil
+	nonces.read(out[h:])
+	return aead.Seal(out, out[h:], plaintext, additionalData(s.head, binding)), nil
+}
+
+// nonceLen is the length of a GCM nonce.
+const nonceLen = 12
+
+// nonceSource hands out random nonces from a buffer that it refills from
+// crypto/rand, so that sealing costs one system call per few hundred
+// values instead of one per value. A GCM nonce must never repeat under a
+// key; it need not be secret.
+type nonceSource struct {
+	mu  sync.Mutex
+	buf [nonceLen * 256]byte
+	off int
+}
+
+var nonces = &nonceSource{off: nonceLen * 256}
+
+// read fills p (at most len(buf) bytes) with fresh random bytes; no byte is
+// handed out twice.
+func (n *nonceSource) read(p []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.off+len(p) > len(n.buf) {
+		rand.Read(n.buf[:]) // never fails (crypto/rand, Go 1.24+)
+		n.off = 0
+	}
+	copy(p, n.buf[n.off:])
+	clear(n.buf[n.off : n.off+len(p)])
+	n.off += len(p)
 }
 
 // Open implements Sealer. Its errors wrap ErrUnreadable.
@@ -183,7 +216,11 @@ func (s *aesgcmSealer) Open(sealed, binding []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: sealed with key %q, which is not listed", ErrUnreadable, id)
 	}
-	p, err := aead.Open(nil, nil, sealed[len(head):], additionalData(head, binding))
+	rest := sealed[len(head):]
+	if len(rest) < nonceLen+aead.Overhead() {
+		return nil, fmt.Errorf("%w: sealed with key %q, but too short", ErrUnreadable, id)
+	}
+	p, err := aead.Open(nil, rest[:nonceLen], rest[nonceLen:], additionalData(head, binding))
 	if err != nil {
 		return nil, fmt.Errorf("%w: does not open under key %q: altered, or sealed for another operation or slot", ErrUnreadable, id)
 	}

@@ -71,6 +71,15 @@ func TestAESGCMSealer(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, sealed, again, "a fresh nonce per value")
 
+	seen := map[string]bool{}
+	for range 1000 { // several refills of the nonce buffer
+		v, err := s.Seal(plain, bind)
+		require.NoError(t, err)
+		nonce := string(v[4 : 4+12])
+		require.False(t, seen[nonce], "a nonce repeated")
+		seen[nonce] = true
+	}
+
 	_, err = s.Open(sealed, []byte("other\x00result"))
 	require.ErrorIs(t, err, idem.ErrUnreadable, "another binding")
 	for i := range sealed {
