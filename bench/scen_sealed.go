@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -189,7 +188,8 @@ func (s *sealedSide) populate(ctx context.Context, e *env, tag string, f func(co
 // prefix with the side's options and returns their Redis bytes per record.
 func (s *sealedSide) bytesPerRecord(ctx context.Context, e *env) (memSize, error) {
 	c, _ := e.client(0, 16)
-	prefix := "m" + s.name[:1] + shortPrefix(rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3)))[2:]
+	// Four characters, as long as the default "idem"; one per side and size.
+	prefix := fmt.Sprintf("m%c%02d", s.name[0], len(s.body)%97)
 	g := e.guard(c, prefix, s.opts...)
 	n := e.cfg.memRecords
 	for i := range n {
