@@ -31,6 +31,9 @@ type op struct {
 	wait time.Duration
 	// obs is the operation's report to the Guard's Observer, or nil.
 	obs *observation
+	// retention, when positive, is kept by the op's records instead of the
+	// Guard's retention (WithRouteRetention).
+	retention time.Duration
 }
 
 // id returns the operation's stable, opaque id: the first 128 bits of the
@@ -85,7 +88,7 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	}
 	id := o.id()
 	owner := newToken()
-	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retention}
+	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
 	var deadline time.Time
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
@@ -111,6 +114,8 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 				rctx = context.WithoutCancel(ctx)
 			}
 			return g.run(rctx, o, id, owner, sent, res, fn)
+		case ClaimUnreadable:
+			return outcome{}, g.unreadableRecord(ctx, id)
 		case ClaimBusy:
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
@@ -214,7 +219,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 		return out, nil
 	}
 	cerr := g.bounded(ctx, func(ctx context.Context) error {
-		return g.store.Complete(ctx, id, owner, payload, g.retention)
+		return g.store.Complete(ctx, id, owner, payload, g.retentionOf(o))
 	})
 	if cerr != nil {
 		if !errors.Is(cerr, ErrLeaseLost) {
@@ -281,12 +286,13 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 }
 
 // storeError wraps a store failure as ErrStoreUnavailable, unless it was the
-// caller's own context that ended.
+// caller's own context that ended, or a stored value that the Guard cannot
+// read (ErrUnreadable, from WithSealer).
 func (g *Guard) storeError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("idem: %w", context.Cause(ctx))
-	case errors.Is(err, ErrStoreUnavailable):
+	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrUnreadable):
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)

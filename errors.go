@@ -32,6 +32,14 @@ var (
 	// function's value is returned alongside it.
 	ErrNotRecorded = errors.New("idem: result not recorded")
 
+	// ErrUnreadable reports that the operation has a stored value (a result,
+	// a response or a checkpoint) that the Guard cannot read back: it does
+	// not open under the Guard's Sealer (sealed with a key no longer listed,
+	// altered, or copied from another operation), or the record's
+	// fingerprint is keyed with a key the Guard does not list. The function
+	// was not run: the record says that it ran, or started, before.
+	ErrUnreadable = errors.New("idem: stored value unreadable")
+
 	// ErrPermanent marks an error made by Permanent, both when the function
 	// returns it and when a repeat replays it.
 	ErrPermanent = errors.New("idem: permanent error")

@@ -68,8 +68,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 // http.Flusher (a no-op until the response is too large to store) and
 // Unwrap for http.ResponseController, and refuses Hijack.
 //
-// Of the Guard's options, WithLease, WithRetention, WithLogger, WithObserver
-// and WithWait (the default of WithRouteWait) apply to the middleware; the others here
+// Of the Guard's options, WithLease, WithRetention (the default of
+// WithRouteRetention), WithLogger, WithObserver, WithSealer and WithWait
+// (the default of WithRouteWait) apply to the middleware; the others here
 // are HTTPOptions. Middleware panics on invalid options, at construction.
 func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 	if g == nil {
@@ -148,7 +149,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	c := &call{}
-	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, obs: ob},
+	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob},
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
 			c.rec = recorder{w: w, limit: m.maxResponse}
 			c.body = bodyReader{b: body}
@@ -272,6 +273,8 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, &probKeyReused, "This "+m.header+" was already used with a different request (method, path, query or body). Use a new key for a new operation; reuse a key only to retry exactly the same request.")
 	case errors.Is(err, ErrInvalidKey):
 		writeProblem(w, &probKeyInvalid, "The "+m.header+" header is invalid. Send 1 to 255 printable ASCII characters; a UUID is recommended.")
+	case errors.Is(err, ErrUnreadable): // logged by the engine, with the key id
+		writeProblem(w, &probStoredUnreadable, storedUnreadableDetail)
 	default:
 		// A duplicate whose client left while it waited is no fault.
 		if !errors.Is(err, ErrStoreUnavailable) && r.Context().Err() == nil {

@@ -48,7 +48,8 @@ type httpConfig struct {
 	maxResponse int
 	retryAfter  time.Duration
 	wait        time.Duration
-	waitSet     bool // WithRouteWait was given; else the Guard's wait
+	waitSet     bool          // WithRouteWait was given; else the Guard's wait
+	retention   time.Duration // WithRouteRetention; 0: the Guard's
 	errs        []string
 }
 
@@ -169,6 +170,14 @@ func WithKeyHeader(name string) HTTPOption {
 // Content-Range, Content-Location, ETag, Last-Modified, Vary, Cache-Control
 // and Location. Set-Cookie, Authorization and the other credential and
 // connection headers are never stored: naming one makes Middleware panic.
+//
+// What is stored per request, for the retention (the Guard's, or
+// WithRouteRetention's): the status, the values of these headers, and the
+// body up to WithMaxResponseBody; besides, the request's fingerprint (a
+// hash, never the request). Keep it to what a retry needs: add no header
+// the client can do without, answer with an id and a Location and let the
+// client GET the details, and seal what is stored (WithSealer) when it holds
+// customer data (Location can carry ids).
 func WithStoredHeaders(names ...string) HTTPOption {
 	return func(c *httpConfig) {
 		for _, n := range names {
@@ -205,7 +214,9 @@ func WithMaxRequestBody(n int64) HTTPOption {
 // that do not describe the body (Location and those added by
 // WithStoredHeaders). A repeat of the key does not run the handler again: it
 // gets that status and those headers with a problem body saying that the
-// response cannot be replayed (see docs/http.md). Zero stores no body at all.
+// response cannot be replayed (see docs/http.md). Zero stores no body at all:
+// the smallest record, for routes whose clients need only the status and
+// Location on a retry. See WithStoredHeaders for what is stored per request.
 func WithMaxResponseBody(n int) HTTPOption {
 	return func(c *httpConfig) {
 		if n < 0 {
@@ -243,5 +254,22 @@ func WithRouteWait(d time.Duration) HTTPOption {
 			c.fail("WithRouteWait(%v): must not be negative", d)
 		}
 		c.wait, c.waitSet = d, true
+	}
+}
+
+// WithRouteRetention sets how long the records of this middleware's routes
+// are kept and replayed: d instead of the Guard's WithRetention. The lease
+// rules are unchanged: an unfinished record lives at most the lease plus d
+// after its last claim, a completed one d. Use it to keep a route's stored
+// responses no longer than the rules for its data allow (an hour for a
+// route whose responses hold card data, while the others keep 24h), and
+// longer than its clients retry. A duration that is not positive makes
+// Middleware panic.
+func WithRouteRetention(d time.Duration) HTTPOption {
+	return func(c *httpConfig) {
+		if d <= 0 {
+			c.fail("WithRouteRetention(%v): must be positive", d)
+		}
+		c.retention = d
 	}
 }

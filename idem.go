@@ -30,6 +30,7 @@ type Guard struct {
 	write     time.Duration // bound of complete and release
 	log       *slog.Logger
 	observer  Observer
+	sealer    Sealer // WithSealer; New puts a sealedStore in front of store
 	nilStore  string // names the nil Store New was given
 }
 
@@ -128,7 +129,19 @@ func New(store Store, opts ...Option) *Guard {
 			o(g)
 		}
 	}
+	if g.sealer != nil && g.store != nil {
+		g.store = newSealedStore(g.store, g.sealer, g.log)
+	}
 	return g
+}
+
+// retentionOf returns how long the records of o are kept: its own retention
+// (WithRouteRetention) or the Guard's.
+func (g *Guard) retentionOf(o op) time.Duration {
+	if o.retention > 0 {
+		return o.retention
+	}
+	return g.retention
 }
 
 // nilStore reports whether s is nil or a nil pointer, map, func, channel or

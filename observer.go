@@ -92,7 +92,8 @@ const (
 	// is not stored (a 5xx); the key is free again for a retry.
 	OutcomeReleased Outcome = "released"
 	// OutcomeUnreadable: a stored result exists but could not be read back
-	// (it does not decode, or a Sealer could not open it); fn did not run.
+	// (it does not decode, or a Sealer could not open it or the record's
+	// fingerprint: ErrUnreadable); fn did not run.
 	OutcomeUnreadable Outcome = "unreadable"
 )
 
@@ -202,6 +203,8 @@ func outcomeOf(ctx context.Context, out outcome, err error) Outcome {
 		return OutcomeMismatch
 	case errors.Is(err, ErrInvalidKey):
 		return OutcomeInvalidKey
+	case errors.Is(err, ErrUnreadable):
+		return OutcomeUnreadable
 	case errors.Is(err, ErrStoreUnavailable):
 		return OutcomeStoreUnavailable
 	case ctx.Err() != nil:

@@ -288,3 +288,22 @@ func TestObserverHTTPOutcomes(t *testing.T) {
 	require.Zero(t, obs.starts, "an unprotected method is not an operation")
 	obs.mu.Unlock()
 }
+
+// unopenable seals as is and opens nothing.
+type unopenable struct{}
+
+func (unopenable) Seal(p, _ []byte) ([]byte, error) { return append([]byte(nil), p...), nil }
+func (unopenable) Open([]byte, []byte) ([]byte, error) {
+	return nil, errors.New("no key")
+}
+
+func TestObserverUnreadable(t *testing.T) {
+	obs := &recObserver{}
+	g := idemtest.NewGuard(idem.WithObserver(obs), idem.WithSealer(unopenable{}), quiet)
+	_, err := idem.Do(t.Context(), g, "k", "req", okFn("r"))
+	require.NoError(t, err)
+	require.Equal(t, idem.OutcomeExecuted, obs.last(t).Outcome)
+	_, err = idem.Do(t.Context(), g, "k", "req", okFn("r"))
+	require.ErrorIs(t, err, idem.ErrUnreadable)
+	require.Equal(t, idem.OutcomeUnreadable, obs.last(t).Outcome)
+}

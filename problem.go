@@ -31,6 +31,12 @@ var (
 	probScopeMissing     = problemKind{http.StatusInternalServerError, problemBase + "scope-missing", "Idempotency scope missing"}
 )
 
+// storedUnreadableDetail is the detail of a stored response, or the record
+// of an earlier attempt, that the server cannot read back: it does not
+// decode, does not open under the server's sealing keys (WithSealer), or
+// is keyed with a key the server no longer lists.
+const storedUnreadableDetail = "This request was already processed, or started, but its stored record cannot be read by the server (it does not decode or does not open under the server's keys), so it was not processed again. Do not retry it; look up the outcome of the operation instead."
+
 type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`

@@ -113,7 +113,7 @@ func parseClaim(reply any) (ClaimResult, error) {
 	case res.Status == ClaimBusy && len(v) == 2:
 		ttl, _ := v[1].(int64)
 		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
-	case res.Status == ClaimMismatch:
+	case res.Status == ClaimMismatch, res.Status == ClaimUnreadable:
 		if len(v) == 2 {
 			res.Fence, _ = v[1].(int64)
 		}

@@ -177,7 +177,11 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 	if s.replicas > 0 {
 		acked = argAck
 	}
-	cmd, ackErr := s.eval(ctx, claimScript, keys, c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked)
+	args := []any{c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked}
+	if len(c.OtherFingerprints) > 0 {
+		args = append(args, strings.Join(c.OtherFingerprints, ","))
+	}
+	cmd, ackErr := s.eval(ctx, claimScript, keys, args...)
 	v, err := cmd.Result()
 	if err != nil {
 		return ClaimResult{}, err

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -57,6 +58,56 @@ type ClaimRequest struct {
 	Fingerprint string        // fingerprint of the request
 	Lease       time.Duration // lease to take
 	TTL         time.Duration // lifetime of an unfinished record: lease + retention
+
+	// OtherFingerprints are, for a Guard with a Sealer that keys
+	// fingerprints (WithSealer), the request's fingerprint keyed with each
+	// listed key but the current one. A record stored under one of them is
+	// this request, written before a key rotation. Nil without a Sealer.
+	// Stores compare fingerprints with MatchFingerprint.
+	OtherFingerprints []string
+}
+
+// MatchFingerprint reports how a record that holds the fingerprint stored
+// relates to the request c: ClaimOK when it is the same request, ClaimMismatch
+// when it is another, ClaimUnreadable when c cannot tell.
+//
+// A keyed fingerprint is KEYID.MAC (the key id, a dot, then base64url, which
+// has no dot); a plain one has no dot. A stored fingerprint equal to
+// c.Fingerprint, or to one of c.OtherFingerprints, is the same request. One
+// keyed with the key of c.Fingerprint or of one of c.OtherFingerprints is
+// another request. Anything else (a key c does not list, a keyed record met
+// by a plain request, a plain record met by a keyed request) can be neither
+// verified nor opened: ClaimUnreadable. claim.lua is the same rule in Lua.
+func (c ClaimRequest) MatchFingerprint(stored string) ClaimStatus {
+	if stored == c.Fingerprint {
+		return ClaimOK
+	}
+	kid, keyed := fingerprintKeyID(stored)
+	if own, ownKeyed := fingerprintKeyID(c.Fingerprint); kid == own && keyed == ownKeyed {
+		return ClaimMismatch
+	}
+	if !keyed {
+		return ClaimUnreadable
+	}
+	for _, o := range c.OtherFingerprints {
+		if o == stored {
+			return ClaimOK
+		}
+		if k, _ := fingerprintKeyID(o); k == kid {
+			return ClaimMismatch
+		}
+	}
+	return ClaimUnreadable
+}
+
+// fingerprintKeyID returns the key id of a keyed fingerprint (KEYID.MAC),
+// and reports whether fp is keyed.
+func fingerprintKeyID(fp string) (string, bool) {
+	i := strings.LastIndexByte(fp, '.')
+	if i < 0 {
+		return "", false
+	}
+	return fp[:i], true
 }
 
 // ClaimStatus is the outcome of Store.Claim.
@@ -68,6 +119,10 @@ const (
 	ClaimCompleted                        // the operation is completed: replay Payload
 	ClaimBusy                             // another owner holds a live lease for RetryAfter
 	ClaimMismatch                         // the record holds another fingerprint
+	// ClaimUnreadable: the record's fingerprint is keyed with a key the
+	// caller does not list (see ClaimRequest.MatchFingerprint), so it can
+	// be neither verified nor opened. The engine reports ErrUnreadable.
+	ClaimUnreadable
 )
 
 // Former names of the claim outcomes.
@@ -91,6 +146,8 @@ func (s ClaimStatus) String() string {
 		return "busy"
 	case ClaimMismatch:
 		return "mismatch"
+	case ClaimUnreadable:
+		return "unreadable"
 	}
 	return "unknown"
 }

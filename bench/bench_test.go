@@ -26,7 +26,7 @@ func TestQuickRun(t *testing.T) {
 	require.NoError(t, run(ctx, cfg))
 	md, err := os.ReadFile(filepath.Join(out, "RESULTS.md"))
 	require.NoError(t, err)
-	for _, want := range []string{"## Targets", "round trips per fresh Do", "duplicate side effects with idem", "gRPC: round trips per replay"} {
+	for _, want := range []string{"## Targets", "round trips per fresh Do", "duplicate side effects with idem", "gRPC: round trips per replay", "Sealing: WithSealer vs plain"} {
 		require.Contains(t, string(md), want)
 	}
 	fi, err := os.Stat(filepath.Join(out, "chart.png"))

@@ -51,7 +51,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "canon"}
+var scenarioNames = []string{"floor", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "canon", "sealed"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -223,7 +223,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		name string
 		run  func(context.Context, *env) error
 	}{
-		{"floor", runFloor}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"canon", runCanon},
+		{"floor", runFloor}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"canon", runCanon}, {"sealed", runSealed},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {

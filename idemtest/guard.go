@@ -36,6 +36,9 @@ func NewAttemptGuard(fence int64, checkpoints map[string][]byte, opts ...idem.Op
 //	g := idem.New(idemtest.AsAttempt(store, 2, map[string][]byte{"charge_id": []byte("ch_1")}))
 //
 // The returned store does not implement idem.StoreReader; read s instead.
+// Its checkpoints are handed out as given, unsealed: under a Guard with
+// idem.WithSealer they do not open (idem.ErrUnreadable), so test the
+// reconciling branch on a Guard without a Sealer.
 func AsAttempt(s idem.Store, fence int64, checkpoints map[string][]byte) idem.Store {
 	return &attemptStore{Store: s, earlier: max(fence, 1) - 1, checkpoints: cloneMap(checkpoints)}
 }

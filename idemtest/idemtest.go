@@ -128,6 +128,7 @@ var checks = []struct {
 	{"ClaimBusy", "A claim of a record whose lease another owner holds is busy for the lease's remaining time.", claimBusy},
 	{"ClaimRepeatedByOwner", "A claim re-sent by the record's own owner reports ClaimOK again, at the same fence.", claimRepeatedByOwner},
 	{"ClaimMismatch", "A claim with another fingerprint is a mismatch, in progress and completed.", claimMismatch},
+	{"ClaimKeyedFingerprints", "A claim matches a record keyed with another listed key (OtherFingerprints); one keyed with a key it does not list, or of the other kind (keyed, plain), is ClaimUnreadable.", claimKeyedFingerprints},
 	{"ClaimConcurrent", "Of concurrent claims of one absent record, exactly one gets ClaimOK; the others are busy.", claimConcurrent},
 	{"CompleteAndReplay", "Complete stores the payload byte for byte and drops the lease; a later claim replays it.", completeAndReplay},
 	{"CompleteRepeatedByOwner", "A complete re-sent by its owner succeeds again.", completeRepeatedByOwner},
@@ -173,6 +174,40 @@ func claimMismatch(c *checker) {
 	c.claim(id, c.req(newToken(), "fp2"), idem.ClaimMismatch)
 	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("done"), time.Hour))
 	c.claim(id, c.req(newToken(), "fp2"), idem.ClaimMismatch)
+}
+
+func claimKeyedFingerprints(c *checker) {
+	keyed := func(fp string, others ...string) idem.ClaimRequest {
+		r := c.req(newToken(), fp)
+		r.OtherFingerprints = others
+		return r
+	}
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "k1.MAC1"), idem.ClaimOK)
+	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("done"), time.Hour))
+	c.claim(id, keyed("k2.MAC2", "k1.MAC1"), idem.ClaimCompleted)           // after a rotation: the same request
+	c.claim(id, keyed("k2.MAC2", "k0.MAC0", "k1.MACX"), idem.ClaimMismatch) // another request, under the old key
+	c.claim(id, keyed("k1.MACX"), idem.ClaimMismatch)                       // another request, under the same key
+	c.claim(id, keyed("k2.MAC2"), idem.ClaimUnreadable)                     // the old key is no longer listed
+	c.claim(id, keyed("fp"), idem.ClaimUnreadable)                          // a caller without keyed fingerprints
+
+	dotted := newID()
+	c.claim(dotted, c.req(newToken(), "k.1.MAC1"), idem.ClaimOK)
+	c.claim(dotted, keyed("k.2.MAC2", "k.MAC1"), idem.ClaimUnreadable) // key ids may hold dots: "k.1" is not "k"
+	c.claim(dotted, keyed("k.2.MAC2", "k.1.MACX"), idem.ClaimMismatch)
+
+	plain := newID()
+	c.claim(plain, c.req(newToken(), "fp"), idem.ClaimOK)
+	c.claim(plain, keyed("k1.MAC1"), idem.ClaimUnreadable) // a record written without keyed fingerprints
+
+	// A takeover re-keys the record with the current key.
+	moved, first := newID(), newToken()
+	c.claim(moved, c.req(first, "k1.MAC1"), idem.ClaimOK)
+	c.noErr("Release", c.s.Release(c.Context(), moved, first))
+	c.claim(moved, keyed("k2.MAC2", "k1.MAC1"), idem.ClaimOK)
+	if r := c.read(moved); r.Fingerprint != "k2.MAC2" {
+		c.fail("fingerprint after a takeover with a new current key: %q, want k2.MAC2", r.Fingerprint)
+	}
 }
 
 func claimConcurrent(c *checker) {

@@ -96,8 +96,8 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, c idem.ClaimRequest)
 	case r == nil:
 		r = &memRecord{fence: 1, created: now.Truncate(time.Second)}
 		s.records[id] = r
-	case r.fp != c.Fingerprint:
-		return idem.ClaimResult{Status: idem.ClaimMismatch, Fence: r.fence}, nil
+	case r.fp != c.Fingerprint && c.MatchFingerprint(r.fp) != idem.ClaimOK:
+		return idem.ClaimResult{Status: c.MatchFingerprint(r.fp), Fence: r.fence}, nil
 	case r.completed:
 		return idem.ClaimResult{Status: idem.ClaimCompleted, Fence: r.fence, Payload: clone(r.payload)}, nil
 	case r.owner == c.Owner && (!held || l.owner == c.Owner):

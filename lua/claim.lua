@@ -18,6 +18,15 @@
 --          record is then touched with a write (its own TTL set again), so that the
 --          WAIT on this connection covers it and a replay is never handed out before
 --          replicas hold the record
+-- ARGV[6]  optional: the request's fingerprint keyed with each other key the caller lists,
+--          comma-separated (KEYID.MAC, see below); absent for a caller without a sealer
+--
+-- Fingerprints: a keyed one is KEYID.MAC (the key id may hold dots; MAC is base64url, which
+-- has none); a plain one has no dot. A stored fingerprint equal to ARGV[2], or to one in
+-- ARGV[6], is the same request. One keyed with the key of ARGV[2] or of one in ARGV[6] is
+-- another request. Anything else (a key the caller does not list, a keyed record met by a
+-- plain caller, a plain record met by a keyed caller) can be neither verified nor opened.
+-- ClaimRequest.MatchFingerprint is the same rule in Go.
 --
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
@@ -27,6 +36,8 @@
 --   {3, pttl}                busy: another owner holds a live lease for pttl more milliseconds
 --   {4, fence}               mismatch: the record holds another fingerprint (decided here
 --                            only, for every state)
+--   {5}                      unreadable: the record's fingerprint is keyed with a key the
+--                            caller does not list
 local v = redis.call('GET', KEYS[1])
 local fence, cps, created = 1, '', nil
 if v then
@@ -40,7 +51,26 @@ if v then
     return redis.error_reply('idem: unreadable record at ' .. KEYS[1])
   end
   if fp ~= ARGV[2] then
-    return {4, tonumber(f)}
+    local kid = string.match(fp, '^(.*)%.')
+    if kid == string.match(ARGV[2], '^(.*)%.') then
+      return {4, tonumber(f)}
+    end
+    if not kid then
+      return {5}
+    end
+    local verdict = {5}
+    for other in string.gmatch(ARGV[6] or '', '[^,]+') do
+      if other == fp then
+        verdict = nil
+        break
+      elseif string.match(other, '^(.*)%.') == kid then
+        verdict = {4, tonumber(f)}
+        break
+      end
+    end
+    if verdict then
+      return verdict
+    end
   end
   if head == '1C' then
     if ARGV[5] == '1' then

@@ -1,0 +1,202 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+)
+
+// recordKey returns the Redis key of the record of key under kind.
+func recordKey(b *backend, kind idem.Kind, key string) string {
+	rk, _ := b.store().Keys(idem.OperationID(kind, "", key))
+	return rk
+}
+
+// flipLast flips the last byte of a stored record: inside the sealed
+// value's tag.
+func flipLast(t *testing.T, b *backend, rk string) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := b.client.Get(ctx, rk).Bytes()
+	require.NoError(t, err)
+	v[len(v)-1] ^= 0x01
+	require.NoError(t, b.client.Set(ctx, rk, v, time.Hour).Err())
+}
+
+// copyRecord writes the record at from onto to.
+func copyRecord(t *testing.T, b *backend, from, to string) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := b.client.Get(ctx, from).Result()
+	require.NoError(t, err)
+	require.NoError(t, b.client.Set(ctx, to, v, time.Hour).Err())
+}
+
+// brokenSealer seals and keys fingerprints like its Sealer, and never opens.
+type brokenSealer struct {
+	idem.Sealer
+	idem.FingerprintKeyer
+}
+
+func (brokenSealer) Open([]byte, []byte) ([]byte, error) { return nil, errors.New("hsm unreachable") }
+
+// unreadableCase is one way a stored value cannot be read back. spoil
+// makes the record of (kind, key) unreadable to g, after g completed it.
+type unreadableCase struct {
+	name  string
+	spoil func(t *testing.T, b *backend, kind idem.Kind, key string)
+	guard func(t *testing.T, b *backend) *idem.Guard // the Guard that meets the record
+}
+
+func unreadableCases() []unreadableCase {
+	return []unreadableCase{
+		{name: "flipped byte", spoil: func(t *testing.T, b *backend, kind idem.Kind, key string) {
+			flipLast(t, b, recordKey(b, kind, key))
+		}},
+		{name: "moved from another operation", spoil: func(t *testing.T, b *backend, kind idem.Kind, key string) {
+			copyRecord(t, b, recordKey(b, kind, key+"-other"), recordKey(b, kind, key))
+		}},
+		{name: "Open fails", spoil: func(*testing.T, *backend, idem.Kind, string) {}, guard: func(t *testing.T, b *backend) *idem.Guard {
+			s := newSealer(t, "k1", "k1")
+			return b.guard(t, idem.WithSealer(brokenSealer{s, s.(idem.FingerprintKeyer)}))
+		}},
+	}
+}
+
+func TestSealUnreadableIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		for _, c := range unreadableCases() {
+			t.Run(c.name, func(t *testing.T) {
+				log, logged := recordingLogger()
+				g := b.guard(t, idem.WithSealer(newSealer(t, "k1", "k1")), idem.WithLogger(log))
+				reader := g
+				if c.guard != nil {
+					reader = c.guard(t, b)
+				}
+				var runs atomic.Int32
+				fn := func(context.Context, *idem.Attempt) (string, error) { runs.Add(1); return "ch_1", nil }
+				once := func(context.Context) error { runs.Add(1); return nil }
+				h := func(g *idem.Guard) http.Handler { return g.Middleware()(markerHandler(&runs)) }
+				prefix := strings.ReplaceAll(c.name, " ", "-")
+				for _, key := range []string{prefix, prefix + "-other"} {
+					_, err := idem.Do(ctx, g, key, payment{1, "EUR"}, fn)
+					require.NoError(t, err)
+					_, err = g.Once(ctx, key, once)
+					require.NoError(t, err)
+					require.Equal(t, http.StatusCreated, serve(h(g), req{key: key, body: "{}"}).Code)
+				}
+				c.spoil(t, b, idem.KindDo, prefix)
+				c.spoil(t, b, idem.KindOnce, prefix)
+				c.spoil(t, b, idem.KindHTTP, prefix)
+				runs.Store(0)
+
+				_, err := idem.Do(ctx, reader, prefix, payment{1, "EUR"}, fn)
+				require.ErrorIs(t, err, idem.ErrUnreadable)
+				if c.guard != nil {
+					require.ErrorContains(t, err, "hsm unreachable", "the Sealer's own error")
+				}
+				ran, err := reader.Once(ctx, prefix, once)
+				require.ErrorIs(t, err, idem.ErrUnreadable)
+				require.False(t, ran)
+				requireProblem(t, serve(h(reader), req{key: prefix, body: "{}"}), http.StatusInternalServerError, "response-unreadable")
+				require.Zero(t, runs.Load(), "neither fn nor the handler ran")
+				if c.guard == nil {
+					out := logged()
+					require.Contains(t, out, "level=ERROR")
+					require.Contains(t, out, "key=k1")
+					require.NotContains(t, out, string(testKey('1')))
+				}
+			})
+		}
+	})
+}
+
+func TestSealUnreadableCheckpoint(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		g := sealedGuard(t, b, "k1")
+		var runs atomic.Int32
+		failing := func(ctx context.Context, a *idem.Attempt) (string, error) {
+			runs.Add(1)
+			if err := a.Checkpoint(ctx, "charge", []byte("ch_1")); err != nil {
+				return "", err
+			}
+			if err := a.Checkpoint(ctx, "refund", []byte("re_1")); err != nil {
+				return "", err
+			}
+			return "", errors.New("timeout")
+		}
+		for _, key := range []string{"src", "flipped"} {
+			_, err := idem.Do(ctx, g, key, payment{1, "EUR"}, failing)
+			require.ErrorContains(t, err, "timeout")
+		}
+		copyRecord(t, b, recordKey(b, idem.KindDo, "src"), recordKey(b, idem.KindDo, "moved"))
+		flipLast(t, b, recordKey(b, idem.KindDo, "flipped"))
+		runs.Store(0)
+		for _, key := range []string{"moved", "flipped"} {
+			for range 2 { // the refused claim was released: the second is refused the same way
+				_, err := idem.Do(ctx, g, key, payment{1, "EUR"}, okFn("x"))
+				require.ErrorIs(t, err, idem.ErrUnreadable, key)
+			}
+		}
+		require.Zero(t, runs.Load())
+	})
+}
+
+func TestRouteRetention(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		const lease, retention, route = 2 * time.Second, 24 * time.Hour, time.Hour
+		g := b.guard(t, idem.WithLease(lease), idem.WithRetention(retention))
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			started <- struct{}{}
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		})
+		short := g.Middleware(idem.WithRouteRetention(route))(slow)
+		long := g.Middleware()(slow)
+		// ttls returns the PTTL of the record and of the lease (-2ns: none).
+		ttls := func(key string) (record, lease time.Duration) {
+			rk, lk := b.store().Keys(idem.OperationID(idem.KindHTTP, "", key))
+			record, err := b.client.PTTL(context.Background(), rk).Result()
+			require.NoError(t, err)
+			lease, err = b.client.PTTL(context.Background(), lk).Result()
+			require.NoError(t, err)
+			return record, lease
+		}
+		for _, c := range []struct {
+			key      string
+			h        http.Handler
+			min, max time.Duration // of the record's TTL
+		}{{"short", short, route - time.Minute, route + lease}, {"long", long, retention - time.Minute, retention + lease}} {
+			done := make(chan int, 1)
+			go func() { done <- serve(c.h, req{key: c.key, body: "{}"}).Code }()
+			<-started
+			record, leaseTTL := ttls(c.key)
+			require.Greater(t, record, c.min, "%s, running", c.key)
+			require.LessOrEqual(t, record, c.max, "%s, running", c.key)
+			require.Greater(t, leaseTTL, time.Duration(0))
+			require.LessOrEqual(t, leaseTTL, lease)
+			close(release)
+			require.Equal(t, http.StatusCreated, <-done)
+			release = make(chan struct{})
+			record, leaseTTL = ttls(c.key)
+			require.Greater(t, record, c.min, "%s, completed", c.key)
+			require.LessOrEqual(t, record, c.max-lease, "%s, completed: the retention", c.key)
+			require.Equal(t, -2*time.Nanosecond, leaseTTL, "no lease once completed")
+		}
+		for _, bad := range []time.Duration{0, -time.Second} {
+			require.Panics(t, func() { g.Middleware(idem.WithRouteRetention(bad)) })
+		}
+	})
+}
