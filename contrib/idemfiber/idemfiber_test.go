@@ -131,7 +131,7 @@ func (a *app) send(t *testing.T, method, path, key, body string, header ...strin
 
 func TestReplay(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		first := a.send(t, fiber.MethodPost, "/payments/42", "k-1", `{"amount": 1000, "currency": "EUR"}`)
 		require.Equal(t, http.StatusCreated, first.code, first.body)
 		require.JSONEq(t, `{"id":"42","fence":1,"body":"{\"amount\": 1000, \"currency\": \"EUR\"}"}`, first.body)
@@ -172,9 +172,9 @@ func TestRefusals(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				b.store.down.Store(tt.down)
-				defer b.store.down.Store(false)
-				a := newApp(b.guard(), tt.opts...)
+				b.Store.Down.Store(tt.down)
+				defer b.Store.Down.Store(false)
+				a := newApp(b.Guard(), tt.opts...)
 				w := a.send(t, fiber.MethodPost, "/payments/1", tt.key, tt.body, tt.header...)
 				require.Equal(t, tt.want, w.code, w.body)
 				require.Equal(t, "application/problem+json", w.header.Get("Content-Type"))
@@ -191,7 +191,7 @@ func TestRefusals(t *testing.T) {
 
 func TestMismatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		require.Equal(t, http.StatusCreated, a.send(t, fiber.MethodPost, "/payments/1", "k-1", `{"amount":1}`).code)
 		for _, path := range []string{"/payments/1", "/payments/2", "/payments/1?x=1"} {
 			w := a.send(t, fiber.MethodPost, path, "k-1", `{"amount":2}`)
@@ -206,7 +206,7 @@ func TestMismatch(t *testing.T) {
 
 func TestInProgress(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		done := make(chan response)
 		go func() { done <- a.send(t, fiber.MethodPost, "/slow", "k-1", "{}") }()
 		<-a.started
@@ -244,7 +244,7 @@ func TestHandlerError(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		for _, tt := range tests {
 			t.Run(tt.how, func(t *testing.T) {
-				a := newApp(b.guard())
+				a := newApp(b.Guard())
 				w := a.send(t, fiber.MethodPost, "/fail/"+tt.how, "k-"+tt.how, "{}")
 				require.Equal(t, tt.first, w.code)
 				require.Equal(t, tt.body, w.body)
@@ -272,7 +272,7 @@ func TestHandlerError(t *testing.T) {
 // runs the handler again.
 func TestPanic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		w := a.send(t, fiber.MethodPost, "/panic", "k-1", "{}")
 		require.Equal(t, http.StatusInternalServerError, w.code)
 		require.Equal(t, "boom", w.body)
@@ -291,7 +291,7 @@ func TestPanic(t *testing.T) {
 // fails is answered with a 500 naming the failure and the key is released.
 func TestBodyStream(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		for i := range 2 {
 			w := a.send(t, fiber.MethodPost, "/stream/ok", "k-1", "{}")
 			require.Equal(t, http.StatusCreated, w.code)
@@ -301,7 +301,7 @@ func TestBodyStream(t *testing.T) {
 		require.Equal(t, int32(1), a.runs.Load())
 
 		// Larger than WithMaxResponseBody: sent once in full, not stored.
-		a = newApp(b.guard(), idem.WithMaxResponseBody(1024))
+		a = newApp(b.Guard(), idem.WithMaxResponseBody(1024))
 		w := a.send(t, fiber.MethodPost, "/stream/ok", "k-3", "{}")
 		require.Equal(t, http.StatusCreated, w.code)
 		require.Equal(t, string(streamed), w.body)
@@ -311,7 +311,7 @@ func TestBodyStream(t *testing.T) {
 		require.Equal(t, "application/problem+json", w.header.Get("Content-Type"), "a problem saying it was not stored")
 		require.Equal(t, int32(1), a.runs.Load())
 
-		a = newApp(b.guard())
+		a = newApp(b.Guard())
 		w = a.send(t, fiber.MethodPost, "/stream/broken", "k-2", "{}")
 		require.Equal(t, http.StatusInternalServerError, w.code)
 		require.Contains(t, w.body, idemfiber.ErrBodyStream.Error())
@@ -325,7 +325,7 @@ func TestBodyStream(t *testing.T) {
 
 func TestNoContent(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		require.Equal(t, http.StatusNoContent, a.send(t, fiber.MethodPost, "/empty", "k-1", "").code)
 		w := a.send(t, fiber.MethodPost, "/empty", "k-1", "")
 		require.Equal(t, http.StatusNoContent, w.code)
@@ -336,8 +336,8 @@ func TestNoContent(t *testing.T) {
 
 func TestPassThrough(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		b.store.down.Store(true) // a safe method never reaches the store
-		a := newApp(b.guard())
+		b.Store.Down.Store(true) // a safe method never reaches the store
+		a := newApp(b.Guard())
 		for range 2 {
 			w := a.send(t, fiber.MethodGet, "/payments/7", "", "")
 			require.Equal(t, http.StatusOK, w.code)
@@ -346,7 +346,7 @@ func TestPassThrough(t *testing.T) {
 		require.Equal(t, int32(2), a.runs.Load())
 		// A method that idem is not configured for passes through too,
 		// with the handler's error rendered by fiber as usual.
-		a = newApp(b.guard(), idem.WithMethods(fiber.MethodPatch))
+		a = newApp(b.Guard(), idem.WithMethods(fiber.MethodPatch))
 		w := a.send(t, fiber.MethodPost, "/fail/fibererror", "", "")
 		require.Equal(t, http.StatusInternalServerError, w.code)
 		require.Equal(t, "database down", w.body)
@@ -357,7 +357,7 @@ func TestPassThrough(t *testing.T) {
 // middleware stored in the fiber.Ctx; two accounts' equal keys never meet.
 func TestScope(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard(), idem.WithScope(func(r *http.Request) string {
+		a := newApp(b.Guard(), idem.WithScope(func(r *http.Request) string {
 			c, ok := idemfiber.Ctx(r)
 			if !ok {
 				return ""
@@ -376,7 +376,7 @@ func TestScope(t *testing.T) {
 // WithWait every one gets its answer.
 func TestParallelDuplicates(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard(idem.WithWait(10 * time.Second)))
+		a := newApp(b.Guard(idem.WithWait(10 * time.Second)))
 		go func() {
 			<-a.started
 			time.Sleep(20 * time.Millisecond) // let the duplicates arrive

@@ -95,7 +95,7 @@ func (a *app) send(method, path, key, body string, header ...string) *httptest.R
 
 func TestReplay(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		first := a.send(http.MethodPost, "/payments/42", "k-1", `{"amount": 1000, "currency": "EUR"}`)
 		require.Equal(t, http.StatusCreated, first.Code, first.Body.String())
 		require.JSONEq(t, `{"id":"42","fence":1,"body":"{\"amount\": 1000, \"currency\": \"EUR\"}"}`, first.Body.String())
@@ -140,9 +140,9 @@ func TestRefusals(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				b.store.down.Store(tt.down)
-				defer b.store.down.Store(false)
-				a := newApp(b.guard(), tt.opts...)
+				b.Store.Down.Store(tt.down)
+				defer b.Store.Down.Store(false)
+				a := newApp(b.Guard(), tt.opts...)
 				w := a.send(http.MethodPost, "/payments/1", tt.key, tt.body, tt.header...)
 				require.Equal(t, tt.want, w.Code, w.Body.String())
 				require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
@@ -160,7 +160,7 @@ func TestRefusals(t *testing.T) {
 
 func TestMismatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		require.Equal(t, http.StatusCreated, a.send(http.MethodPost, "/payments/1", "k-1", `{"amount":1}`).Code)
 		for _, path := range []string{"/payments/1", "/payments/2"} { // another body, another path parameter
 			w := a.send(http.MethodPost, path, "k-1", `{"amount":2}`)
@@ -173,7 +173,7 @@ func TestMismatch(t *testing.T) {
 
 func TestInProgress(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		done := make(chan *httptest.ResponseRecorder)
 		go func() { done <- a.send(http.MethodPost, "/slow", "k-1", "{}") }()
 		<-a.started
@@ -198,7 +198,7 @@ func TestInProgress(t *testing.T) {
 // stored; the retry runs the handler again, and its answer is stored.
 func TestErrorReleased(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		w := a.send(http.MethodPost, "/flaky", "k-1", "{}")
 		require.Equal(t, http.StatusServiceUnavailable, w.Code)
 		require.JSONEq(t, `{"error":"try again"}`, w.Body.String())
@@ -217,7 +217,7 @@ func TestErrorReleased(t *testing.T) {
 // after idem released the key; the retry runs the handler again.
 func TestPanic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		w := a.send(http.MethodPost, "/panic", "k-1", "{}")
 		require.Equal(t, http.StatusInternalServerError, w.Code)
 		w = a.send(http.MethodPost, "/panic", "k-1", "{}")
@@ -235,7 +235,7 @@ func TestPanic(t *testing.T) {
 // recorded, as gin's engine would write it.
 func TestStatusOnly(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard())
+		a := newApp(b.Guard())
 		require.Equal(t, http.StatusNoContent, a.send(http.MethodPost, "/empty", "k-1", "").Code)
 		w := a.send(http.MethodPost, "/empty", "k-1", "")
 		require.Equal(t, http.StatusNoContent, w.Code)
@@ -246,8 +246,8 @@ func TestStatusOnly(t *testing.T) {
 
 func TestPassThrough(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		b.store.down.Store(true) // a safe method never reaches the store
-		a := newApp(b.guard())
+		b.Store.Down.Store(true) // a safe method never reaches the store
+		a := newApp(b.Guard())
 		for range 2 {
 			w := a.send(http.MethodGet, "/payments/7", "", "")
 			require.Equal(t, http.StatusOK, w.Code)
@@ -262,7 +262,7 @@ func TestPassThrough(t *testing.T) {
 // middleware stored in the gin.Context; two accounts' equal keys never meet.
 func TestScope(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard(), idem.WithScope(func(r *http.Request) string {
+		a := newApp(b.Guard(), idem.WithScope(func(r *http.Request) string {
 			c, ok := idemgin.Context(r)
 			if !ok {
 				return ""
@@ -281,7 +281,7 @@ func TestScope(t *testing.T) {
 // WithWait every one gets its answer.
 func TestParallelDuplicates(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		a := newApp(b.guard(idem.WithWait(10 * time.Second)))
+		a := newApp(b.Guard(idem.WithWait(10 * time.Second)))
 		go func() {
 			<-a.started
 			time.Sleep(20 * time.Millisecond) // let the duplicates arrive

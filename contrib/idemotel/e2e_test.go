@@ -58,7 +58,7 @@ func opSpans(tel *telemetry, name string, o idem.Outcome) []sdktrace.ReadOnlySpa
 func TestDoEndToEnd(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		tel := newTelemetry(t, idemotel.WithOperationID())
-		g := b.guard(idem.WithObserver(tel.obs))
+		g := b.Guard(idem.WithObserver(tel.obs))
 		ctx, caller := tel.caller(context.Background())
 
 		charge := func(ctx context.Context, a *idem.Attempt) (string, error) {
@@ -115,10 +115,10 @@ func TestDoEndToEnd(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 
 		// store_unavailable: the store is down.
-		b.store.down.Store(true)
+		b.Store.Down.Store(true)
 		_, err = idem.Do(ctx, g, "order-6", "pay 10", charge)
 		require.ErrorIs(t, err, idem.ErrStoreUnavailable)
-		b.store.down.Store(false)
+		b.Store.Down.Store(false)
 		caller.End()
 
 		m := tel.collect(t)
@@ -196,7 +196,7 @@ func TestDoNotStoredEndToEnd(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tel := newTelemetry(t)
-				g := idem.New(&completeStore{Store: b.store, err: tc.err}, idem.WithObserver(tel.obs))
+				g := idem.New(&completeStore{Store: b.Store, err: tc.err}, idem.WithObserver(tel.obs))
 				_, err := idem.Do(context.Background(), g, "order-"+string(tc.outcome), "pay 10",
 					func(context.Context, *idem.Attempt) (string, error) { return "ch_1", nil })
 				require.ErrorIs(t, err, idem.ErrNotRecorded)
@@ -214,7 +214,7 @@ func TestDoNotStoredEndToEnd(t *testing.T) {
 func TestDoWaitEndToEnd(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		tel := newTelemetry(t)
-		store := &busyStore{Store: b.store, busy: make(chan struct{}, 1)}
+		store := &busyStore{Store: b.Store, busy: make(chan struct{}, 1)}
 		g := idem.New(store, idem.WithObserver(tel.obs), idem.WithWait(time.Minute))
 		ctx := context.Background()
 
@@ -256,7 +256,7 @@ func TestDoWaitEndToEnd(t *testing.T) {
 func TestOnceEndToEnd(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		tel := newTelemetry(t)
-		g := b.guard(idem.WithObserver(tel.obs))
+		g := b.Guard(idem.WithObserver(tel.obs))
 		ctx, caller := tel.caller(context.Background())
 		handle := func(ctx context.Context) error {
 			_, span := tel.tp.Tracer("app").Start(ctx, "handle message")
@@ -289,7 +289,7 @@ func TestOnceEndToEnd(t *testing.T) {
 func TestMiddlewareEndToEnd(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		tel := newTelemetry(t)
-		g := b.guard(idem.WithObserver(tel.obs))
+		g := b.Guard(idem.WithObserver(tel.obs))
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
 			_, span := tel.tp.Tracer("app").Start(r.Context(), "create order")
@@ -327,9 +327,9 @@ func TestMiddlewareEndToEnd(t *testing.T) {
 		require.Equal(t, http.StatusUnprocessableEntity, send("/orders", "k1", `{"n":2}`).Code)
 		require.Equal(t, http.StatusBadRequest, send("/orders", "", `{"n":1}`).Code)
 		require.Equal(t, http.StatusBadGateway, send("/fail", "k2", `{}`).Code)
-		b.store.down.Store(true)
+		b.Store.Down.Store(true)
 		require.Equal(t, http.StatusServiceUnavailable, send("/orders", "k3", `{}`).Code)
-		b.store.down.Store(false)
+		b.Store.Down.Store(false)
 
 		m := tel.collect(t)
 		require.Equal(t, map[series]int64{

@@ -64,7 +64,7 @@ func brief(msgs []*message.Message) []string {
 func TestRedeliveryReplaysOutputs(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		c := &charger{}
-		h := idemwatermill.Middleware(b.guard())(c.handle)
+		h := idemwatermill.Middleware(b.Guard())(c.handle)
 		msg := message.NewMessage("msg-1", []byte("order 42"))
 		first, err := h(msg.Copy())
 		require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestHandlerErrorReleases(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		c := &charger{}
 		c.fail.Store(1)
-		h := idemwatermill.Middleware(b.guard())(c.handle)
+		h := idemwatermill.Middleware(b.Guard())(c.handle)
 		msg := message.NewMessage("msg-1", []byte("order 42"))
 		_, err := h(msg.Copy())
 		require.EqualError(t, err, "provider unreachable", "the handler's own error")
@@ -98,7 +98,7 @@ func TestHandlerErrorReleases(t *testing.T) {
 func TestPanicReleases(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		runs := 0
-		h := idemwatermill.Middleware(b.guard())(func(msg *message.Message) ([]*message.Message, error) {
+		h := idemwatermill.Middleware(b.Guard())(func(msg *message.Message) ([]*message.Message, error) {
 			if runs++; runs == 1 {
 				panic("boom")
 			}
@@ -118,7 +118,7 @@ func TestPanicReleases(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		c := &charger{}
-		g := b.guard()
+		g := b.Guard()
 		h := idemwatermill.Middleware(g)(c.handle)
 
 		_, err := h(message.NewMessage("", []byte("order 42")))
@@ -131,10 +131,10 @@ func TestRefusals(t *testing.T) {
 		_, err = h(message.NewMessage("bad\nkey", []byte("order 42")))
 		require.ErrorIs(t, err, idem.ErrInvalidKey)
 
-		b.store.down.Store(true)
+		b.Store.Down.Store(true)
 		_, err = h(message.NewMessage("msg-2", []byte("order 42")))
 		require.ErrorIs(t, err, idem.ErrStoreUnavailable)
-		b.store.down.Store(false)
+		b.Store.Down.Store(false)
 
 		_, err = h(message.NewMessage("msg-3", []byte("order 42")))
 		require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestRefusals(t *testing.T) {
 func TestKeyMetadata(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		c := &charger{}
-		h := idemwatermill.Middleware(b.guard(), idemwatermill.WithKeyMetadata("order_id"))(c.handle)
+		h := idemwatermill.Middleware(b.Guard(), idemwatermill.WithKeyMetadata("order_id"))(c.handle)
 		var outs [][]string
 		for _, uuid := range []string{"msg-1", "msg-2"} {
 			msg := message.NewMessage(uuid, []byte("order 42"))
@@ -177,7 +177,7 @@ func TestConcurrentRedeliveries(t *testing.T) {
 					opts = append(opts, idem.WithWait(10*time.Second))
 				}
 				c := &charger{started: make(chan struct{}, 32), release: make(chan struct{})}
-				h := idemwatermill.Middleware(b.guard(opts...))(c.handle)
+				h := idemwatermill.Middleware(b.Guard(opts...))(c.handle)
 				msg := message.NewMessage("msg-1", []byte("order 42"))
 				type result struct {
 					out []string
@@ -260,7 +260,7 @@ func TestRouter(t *testing.T) {
 
 		router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
 		require.NoError(t, err)
-		router.AddMiddleware(idemwatermill.Middleware(b.guard()))
+		router.AddMiddleware(idemwatermill.Middleware(b.Guard()))
 		c := &charger{}
 		out := &flakyPublisher{Publisher: pubsub, fail: 2}
 		router.AddHandler("charge", "payments", pubsub, "charged", out, c.handle)
