@@ -40,6 +40,9 @@ type config struct {
 	effect      time.Duration
 	replayKeys  int
 	memRecords  int
+	allocRuns   int           // operations per allocation measurement
+	notifyKeys  int           // keys of the wake-up lag measurement
+	notifyHold  time.Duration // how long the holder keeps a waiter waiting when its commands are counted
 	redisAddr   string
 	cluster     string // "" start one, "off", or comma-separated addresses
 	pg          string // "" start one, "off", or a DSN
@@ -51,7 +54,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "canon", "sealed"}
+var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -66,6 +69,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.effect, "effect", 500*time.Microsecond, "duration of the side effect in the contention scenario")
 	fs.IntVar(&c.replayKeys, "replay-keys", 2000, "pre-completed keys that replays cycle over")
 	fs.IntVar(&c.memRecords, "mem-records", 50, "records per kind in the memory scenario")
+	fs.IntVar(&c.allocRuns, "alloc-runs", 2000, "operations per allocation measurement (one goroutine)")
+	fs.IntVar(&c.notifyKeys, "notify-keys", 50, "keys of the wake-up lag measurement (one waiter each)")
+	fs.DurationVar(&c.notifyHold, "notify-hold", 1500*time.Millisecond, "how long a waiter waits while its commands are counted")
 	fs.StringVar(&c.redisAddr, "redis", "", "use this Redis (host:port) instead of starting redis-server; keys get TTLs, nothing is flushed")
 	fs.StringVar(&c.cluster, "cluster", "", `"off", or comma-separated cluster node addresses; default: start a local 3-master cluster`)
 	fs.StringVar(&c.pg, "pg", "", `"off", or a PostgreSQL DSN; default: start a temp cluster when initdb/pg_ctl are present (tables idem_bench_* are dropped and created)`)
@@ -92,6 +98,9 @@ func parseFlags(args []string) (*config, error) {
 		def("race-keys", func() { c.raceKeys = 20 })
 		def("replay-keys", func() { c.replayKeys = 100 })
 		def("mem-records", func() { c.memRecords = 5 })
+		def("alloc-runs", func() { c.allocRuns = 50 })
+		def("notify-keys", func() { c.notifyKeys = 5 })
+		def("notify-hold", func() { c.notifyHold = 200 * time.Millisecond })
 	}
 	for _, s := range strings.Split(*levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -117,6 +126,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-clients must be in [1,1024]")
 	case c.replayKeys < 1 || c.memRecords < 1 || c.raceKeys < 1:
 		return nil, errors.New("-replay-keys, -mem-records and -race-keys must be positive")
+	case c.allocRuns < 1 || c.allocRuns > 1_000_000 || c.notifyKeys < 1 || c.notifyKeys > 10_000:
+		return nil, errors.New("-alloc-runs must be in [1,1e6], -notify-keys in [1,10000]")
+	case c.notifyHold <= 0 || c.notifyHold > time.Minute:
+		return nil, errors.New("-notify-hold must be in (0,1m]")
 	}
 	return c, nil
 }
@@ -223,15 +236,18 @@ func run(ctx context.Context, cfg *config) (err error) {
 		name string
 		run  func(context.Context, *env) error
 	}{
-		{"floor", runFloor}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"canon", runCanon}, {"sealed", runSealed},
+		{"floor", runFloor}, {"allocs", runAllocs}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"notify", runNotify}, {"canon", runCanon}, {"sealed", runSealed},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {
 			continue
 		}
+		t := time.Now()
 		if err := s.run(ctx, e); err != nil {
 			return fmt.Errorf("scenario %s: %w", s.name, err)
 		}
+		rep.timings = append(rep.timings, timing{s.name, time.Since(t)})
+		progress("scenario %s took %s", s.name, time.Since(t).Round(100*time.Millisecond))
 	}
 	rep.finished, rep.loadEnd = time.Now(), loadAvg()
 	if err := rep.write(cfg.out); err != nil {

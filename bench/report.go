@@ -28,6 +28,7 @@ type report struct {
 	notes           []string
 	chartExtra      []chartRatio // ratio bars without a target
 	peers           *peersData   // scenario 7, for the chart
+	timings         []timing     // wall time per scenario
 	loadStart       string
 	loadEnd         string
 }
@@ -39,6 +40,12 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Fields(string(b))[0]
+}
+
+// timing is how long one scenario took, set-up included.
+type timing struct {
+	name string
+	took time.Duration
 }
 
 type section struct {
@@ -89,6 +96,17 @@ func (r *report) ratioTarget(name, short string, v, base *variant, goal float64)
 	ok := x >= goal && v.errs == 0 && base.errs == 0
 	r.targets = append(r.targets, target{name: name, short: short, got: fmt.Sprintf("%.3f×", x), want: fmt.Sprintf("≥ %.2g×", goal),
 		value: x, goal: goal, ratio: true, pass: ok})
+}
+
+// maxTarget records "got ≤ limit"; got and want are the rendered figures.
+func (r *report) maxTarget(name string, value, limit float64, got, want string) {
+	r.targets = append(r.targets, target{name: name, got: got, want: want, pass: !math.IsNaN(value) && value <= limit})
+}
+
+// missing records a target that could not be measured in this run: a MISS
+// that says why.
+func (r *report) missing(name, want, why string) {
+	r.targets = append(r.targets, target{name: name, got: "not measured: " + why, want: want})
 }
 
 // exactTarget records "got == want".
@@ -176,6 +194,13 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "| settings | %s; %v measured per variant in %d rounds (+1 warm-up round); %d clients unless stated; "+
 		"simulated delay %v; concurrency levels %v; contention: %d keys, effect %v; memory: %d records per kind; PostgreSQL synchronous_commit=%s |\n",
 		mode, c.duration, c.rounds, c.clients, c.delay, c.levels, c.raceKeys, c.effect, c.memRecords, c.pgSync)
+	if len(r.timings) > 0 {
+		var ts []string
+		for _, t := range r.timings {
+			ts = append(ts, fmt.Sprintf("%s %s", t.name, t.took.Round(time.Second)))
+		}
+		fmt.Fprintf(&b, "| time per scenario | %s |\n", strings.Join(ts, ", "))
+	}
 	for _, n := range r.notes {
 		fmt.Fprintf(&b, "| note | %s |\n", n)
 	}

@@ -170,14 +170,20 @@ func runFloor(ctx context.Context, e *env) error {
 		title := fmt.Sprintf("bare loopback, %d clients", clients)
 		short := fmt.Sprintf("loopback c%d", clients)
 		var srv func(context.Context) (float64, error)
-		freshT, replayT := 0.6, 0.75
+		// Issue 11's targets: on bare loopback replay ≥ 0.75× raw GET and
+		// fresh ≥ 0.72× the raw floor; with the simulated round trip both
+		// ≥ 0.95× at 1 client and ≥ 0.88× at 16.
+		freshT, replayT := 0.72, 0.75
 		if d == 0 {
 			srv = e.serverUsec
 		} else {
 			tag = fmt.Sprintf("delay%d", clients)
 			title = fmt.Sprintf("%v simulated delay per round trip, %d clients", d, clients)
 			short = fmt.Sprintf("%v delay c%d", d, clients)
-			freshT, replayT = 0.9, 0.9
+			freshT, replayT = 0.88, 0.88
+			if clients == 1 {
+				freshT, replayT = 0.95, 0.95
+			}
 		}
 		progress("scenario 1: floor, %s", title)
 		mk := func() (redis.UniversalClient, *rtHook) { return e.client(d, clients) }
@@ -205,11 +211,11 @@ func runFloor(ctx context.Context, e *env) error {
 			sec.pair(get, luaReplay)
 			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua read", ratio(luaReplay, get), math.NaN()})
 		}
-		e.rep.ratioTarget("floor, "+title+": fresh Do / raw 2-RT floor", short+" fresh", fresh, raw, freshT)
-		e.rep.ratioTarget("floor, "+title+": Do replay / raw GET", short+" replay", replay, get, replayT)
+		e.rep.ratioTarget("floor, "+title+": fresh Do / raw 2-RT floor (median of interleaved rounds)", short+" fresh", fresh, raw, freshT)
+		e.rep.ratioTarget("floor, "+title+": Do replay / raw GET (median of interleaved rounds)", short+" replay", replay, get, replayT)
 		if d == 0 {
-			e.rep.exactTarget("round trips per fresh Do", fresh.rtPerOp(), 2)
-			e.rep.exactTarget("round trips per Do replay", replay.rtPerOp(), 1)
+			e.rep.exactTarget("round trips per fresh Do (nobody waits: no extra round trip)", fresh.rtPerOp(), 2)
+			e.rep.exactTarget("round trips per Do replay (nobody waits: no extra round trip)", replay.rtPerOp(), 1)
 		}
 	}
 	return nil

@@ -172,7 +172,7 @@ func runGRPC(ctx context.Context, e *env) error {
 				}
 				return err
 			}}
-		if err := compare(ctx, e.cfg, fmt.Sprintf("gRPC, %d clients", clients), base, fresh, replay); err != nil {
+		if err := compare(ctx, scaled(e.cfg, grpcScale), fmt.Sprintf("gRPC, %d clients", clients), base, fresh, replay); err != nil {
 			return err
 		}
 		sec.pair(base, fresh)
@@ -187,7 +187,8 @@ func runGRPC(ctx context.Context, e *env) error {
 				chartRatio{fmt.Sprintf("gRPC c%d replay", clients), ratio(replay, base), math.NaN()})
 		}
 	}
-	sec.note = fmt.Sprintf("Each side is a `grpc.Server` on 127.0.0.1 (TCP, plaintext HTTP/2) called through one "+
+	sec.note = fmt.Sprintf("%v per variant in %d rounds (-duration × %g: its targets are round trips, exact at any length). ",
+		scaled(e.cfg, grpcScale).duration, e.cfg.rounds, grpcScale) + fmt.Sprintf("Each side is a `grpc.Server` on 127.0.0.1 (TCP, plaintext HTTP/2) called through one "+
 		"`grpc.ClientConn` shared by the clients; the service is built with `grpc.ServiceDesc` over `google.protobuf.Struct` "+
 		"(request %d B, answer %d B encoded). Every call carries an `idempotency-key` metadata (the bare handler gets "+
 		"it too and ignores it), so the only difference is the server interceptor, with a default Guard (no WithWait). "+
@@ -199,3 +200,7 @@ func runGRPC(ctx context.Context, e *env) error {
 		proto.Size(grpcReq), proto.Size(grpcResp), freshRuns, freshCalls, replayRuns, replayCalls)
 	return nil
 }
+
+// grpcScale is the share of -duration each gRPC comparison measures per
+// variant (the full run has a time budget of about 5 minutes).
+const grpcScale = 0.5

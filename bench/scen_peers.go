@@ -443,6 +443,13 @@ func runPeers(ctx context.Context, e *env) error {
 		return err
 	}
 	data.httpPairs = pairs
+	for i, limit := range []float64{35, 20} { // pairs[0] and [1]: net/http + g.Middleware, fresh keys and replays
+		bare, mw := pairs[i][0], pairs[i][1]
+		add := mw.allocsPerOp() - bare.allocsPerOp()
+		what := [...]string{"fresh request", "replay"}[i]
+		e.rep.maxTarget(fmt.Sprintf("HTTP: allocations g.Middleware adds per %s over a bare handler (§7b, whole process, %d clients)", what, clients),
+			add, limit, fmt.Sprintf("%+.0f (%.0f vs %.0f)", add, mw.allocsPerOp(), bare.allocsPerOp()), fmt.Sprintf("≤ +%.0f", limit))
+	}
 
 	// Duplicated side effects across three instances.
 	instances, per := 3, 16

@@ -49,14 +49,21 @@ func freshPair(e *env, tag string, clients int, c redis.UniversalClient, h *rtHo
 	return raw, fresh
 }
 
+// scaleScale is the share of -duration each scale comparison measures per
+// variant: it runs 4 variants at each of 4 levels, and the full run has a
+// time budget of about 5 minutes.
+const scaleScale = 0.4
+
 // runScale is scenario 5: throughput against client concurrency, on the
 // standalone server and on a 3-master Redis Cluster. At each level the
 // standalone and the cluster pairs run interleaved in the same rounds, so
 // that cluster ÷ one master is a same-run ratio.
 func runScale(ctx context.Context, e *env) error {
+	cfg := scaled(e.cfg, scaleScale)
 	progress("scenario 5: scale, clients %v", e.cfg.levels)
 	sec := e.rep.section("5. Scale: throughput vs client concurrency, standalone Redis",
-		"Fresh keys; each level is measured raw floor beside idem.Do, interleaved, each side with its own go-redis client (pool ≥ clients).")
+		fmt.Sprintf("Fresh keys; each level is measured raw floor beside idem.Do, interleaved, each side with its own go-redis client (pool ≥ clients); "+
+			"%v per variant in %d rounds (-duration × %g: this scenario has no target, and §1 measures 16 clients in full).", cfg.duration, cfg.rounds, scaleScale))
 	var csec *section
 	if len(e.clusterAddrs) == 0 {
 		e.rep.section("5b. Scale on a 3-master Redis Cluster", "Skipped: "+e.clusterNote)
@@ -80,7 +87,7 @@ func runScale(ctx context.Context, e *env) error {
 			craw, cfresh = freshPair(e, fmt.Sprintf("cl%d", n), n, cc, ch, clusterSrv)
 			vs = append(vs, craw, cfresh)
 		}
-		if err := compare(ctx, e.cfg, fmt.Sprintf("scale, %d clients", n), vs...); err != nil {
+		if err := compare(ctx, cfg, fmt.Sprintf("scale, %d clients", n), vs...); err != nil {
 			return err
 		}
 		sec.pair(raw, fresh)
