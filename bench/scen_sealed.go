@@ -221,4 +221,4 @@ type memSize struct{ usage, stored float64 }
 
 // sealedScale shortens the sealed scenario's rounds, to keep the whole run
 // near five minutes: eight comparisons of two variants.
-const sealedScale = 0.5
+const sealedScale = 0.35
