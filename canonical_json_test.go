@@ -341,3 +341,10 @@ func TestCanonicalJSONIsLinear(t *testing.T) {
 	t.Logf("%d bytes %d deep: %v; %d bytes side by side: %v", len(canonDeep), maxJSONDepth-1, deep, len(flat), side)
 	require.Less(t, deep, 20*side+50*time.Millisecond)
 }
+
+// unmarshalNumbers decodes JSON keeping numbers as written.
+func unmarshalNumbers(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}

@@ -1,0 +1,178 @@
+package idem
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseKey(t *testing.T) {
+	for _, tc := range []struct {
+		in, key string
+		ok      bool
+	}{
+		{"abc", "abc", true},
+		{`"abc"`, "abc", true},
+		{`"a\"b\\c"`, `a"b\c`, true},
+		{`a"b`, `a"b`, true}, // not an RFC 8941 string: taken as it is
+		{"8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324", true},
+		{`"` + strings.Repeat("x", 255) + `"`, strings.Repeat("x", 255), true},
+		{"", "", false},
+		{`""`, "", false},
+		{`"`, "", false},
+		{`"abc`, "", false},
+		{`"abc"d`, "", false},
+		{`"abc";a=1`, "", false},
+		{`"a\b"`, "", false},
+		{`"a\`, "", false},
+		{"\"caf\xc3\xa9\"", "", false},
+		{"caf\xc3\xa9", "", false},
+		{"a\x00", "", false},
+		{`"` + strings.Repeat("x", 256) + `"`, "", false},
+		{strings.Repeat("x", 256), "", false},
+	} {
+		key, err := parseKey(tc.in)
+		if !tc.ok {
+			require.ErrorIs(t, err, ErrInvalidKey, "%q", tc.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.in)
+		require.Equal(t, tc.key, key)
+	}
+}
+
+func TestQuoteKeyRoundTrips(t *testing.T) {
+	for _, k := range []string{"abc", `a"b\c`, NewKey(), `\`, `"`} {
+		got, err := parseKey(quoteKey(k))
+		require.NoError(t, err)
+		require.Equal(t, k, got)
+	}
+}
+
+func TestRequestPrint(t *testing.T) {
+	print := func(method, target, ct, body string) string {
+		r, err := http.NewRequest(method, "http://h"+target, nil)
+		require.NoError(t, err)
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		buf := []byte(body)
+		fp := requestPrint(r, r.URL.EscapedPath(), buf)
+		require.Equal(t, body, string(buf), "the body is left intact")
+		return fp
+	}
+	base := print("POST", "/p?q=1", "application/json", `{"a":1,"b":2}`)
+	require.Equal(t, base, print("POST", "/p?q=1", "application/json; charset=utf-8", "{ \"b\":2,\n\"a\":1 }"))
+	require.Equal(t, base, print("POST", "/p?q=1", "Application/JSON", `{"b":2,"a":1}`))
+	for _, other := range []string{
+		print("PATCH", "/p?q=1", "application/json", `{"a":1,"b":2}`),
+		print("POST", "/p?q=2", "application/json", `{"a":1,"b":2}`),
+		print("POST", "/p", "application/json", `{"a":1,"b":2}`),
+		print("POST", "/p/?q=1", "application/json", `{"a":1,"b":2}`),
+		print("POST", "/p?q=1", "text/plain", `{"a":1,"b":2}`),
+		print("POST", "/p?q=1", "application/json", `{"a":1,"b":2.0}`),
+		// Separators cannot be forged: the path cannot end in the query.
+		print("POST", "/p%0Aq=1", "application/json", `{"a":1,"b":2}`),
+	} {
+		require.NotEqual(t, base, other)
+	}
+	// Invalid JSON is compared byte for byte.
+	require.Equal(t, print("POST", "/", "application/json", `{"a":`), print("POST", "/", "application/json", `{"a":`))
+	require.NotEqual(t, print("POST", "/", "application/json", `{"a":`), print("POST", "/", "application/json", `{"a": `))
+}
+
+func TestIsJSON(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/json": true, "application/json; charset=utf-8": true, " APPLICATION/JSON ;x=y": true,
+		"application/problem+json": true, "application/vnd.api+JSON": true,
+		"": false, "text/plain": false, "application/jsonx": false, "+json": false, "application/x-ndjson": false,
+	} {
+		require.Equal(t, want, isJSON(ct), ct)
+	}
+}
+
+// eofReader returns its data with io.EOF on the last read, as io.Readers may.
+type eofReader struct{ data []byte }
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	if len(r.data) == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func TestReadBody(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		length int64
+		max    int64
+		want   string
+		status int
+	}{
+		{name: "announced", body: strings.NewReader("hello"), length: 5, max: 10, want: "hello"},
+		{name: "announced, EOF with the data", body: &eofReader{[]byte("hello")}, length: 5, max: 10, want: "hello"},
+		{name: "announced, shorter", body: &eofReader{[]byte("hel")}, length: 5, max: 10, status: 400},
+		{name: "announced, larger than the limit", body: strings.NewReader("hello"), length: 5, max: 4, status: 413},
+		{name: "announced empty", body: strings.NewReader(""), length: 0, max: 4, want: ""},
+		{name: "unknown length", body: strings.NewReader(strings.Repeat("x", 3000)), length: -1, max: 5000, want: strings.Repeat("x", 3000)},
+		{name: "unknown length, EOF with the data", body: &eofReader{[]byte("hello")}, length: -1, max: 10, want: "hello"},
+		{name: "unknown length, at the limit", body: strings.NewReader("hello"), length: -1, max: 5, want: "hello"},
+		{name: "unknown length, past the limit", body: strings.NewReader("hello!"), length: -1, max: 5, status: 413},
+		{name: "unknown length, broken", body: io.MultiReader(strings.NewReader("he"), iotest.ErrReader(io.ErrUnexpectedEOF)), length: -1, max: 5, status: 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/", nil)
+			r.Body, r.ContentLength = io.NopCloser(tc.body), tc.length
+			buf, status := readBody(r, tc.max)
+			require.Equal(t, tc.status, status)
+			if status == 0 {
+				require.Equal(t, tc.want, string(buf))
+				require.LessOrEqual(t, cap(buf), max(2*len(tc.want), firstBodyRead), "grown with the bytes read")
+			}
+		})
+	}
+}
+
+// FuzzReadBody: whatever length a client announces and whatever it sends,
+// readBody never panics, keeps to the limit, and allocates in proportion to
+// the bytes that arrived.
+func FuzzReadBody(f *testing.F) {
+	f.Add([]byte("hello"), int64(5), int64(10), false)
+	f.Add([]byte("he"), int64(1<<20), int64(1<<20), true) // announced a megabyte, sent two bytes
+	f.Add([]byte("hello"), int64(-1), int64(4), false)    // no length, past the limit
+	f.Add([]byte(""), int64(0), int64(1), false)          // empty
+	f.Add([]byte("abc"), int64(2), int64(10), false)      // more bytes than announced
+	f.Add([]byte("x"), int64(1<<62), int64(1<<62), true)  // an absurd length
+	f.Fuzz(func(t *testing.T, body []byte, announced, limit int64, withEOF bool) {
+		if limit <= 0 {
+			return
+		}
+		var rd io.Reader = bytes.NewReader(body)
+		if withEOF {
+			rd = &eofReader{append([]byte(nil), body...)}
+		}
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Body, r.ContentLength = io.NopCloser(rd), max(announced, -1)
+		got, status := readBody(r, limit)
+		if status != 0 {
+			return
+		}
+		require.LessOrEqual(t, int64(len(got)), limit)
+		require.Equal(t, string(body[:len(got)]), string(got))
+		if r.ContentLength < 0 {
+			require.Equal(t, len(body), len(got))
+		} else {
+			require.EqualValues(t, r.ContentLength, len(got))
+		}
+		require.LessOrEqual(t, cap(got), max(2*len(got), firstBodyRead))
+	})
+}

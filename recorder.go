@@ -1,0 +1,200 @@
+package idem
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// recorder captures a handler's response the way httptest.ResponseRecorder
+// does: the first WriteHeader wins, the first Write implies 200, and the
+// headers are snapshotted at the first write. It holds the response until
+// send, unless the body grows past limit: then it sends what it has and
+// passes the rest through (streaming).
+type recorder struct {
+	w         http.ResponseWriter
+	limit     int
+	code      int
+	snap      []headerValues // the header map at the first write
+	body      []byte
+	streaming bool // the body outgrew limit: writes pass through
+	sent      bool // status and headers are written to w
+}
+
+// headerValues is one entry of a header snapshot. Keeping the value slices is
+// enough: Set, Add and Del replace slices, they do not change them.
+type headerValues struct {
+	key    string
+	values []string
+}
+
+var errHijack = errors.New("idem: a connection cannot be hijacked under the idempotency middleware")
+
+// Header returns the header map of the underlying writer, so that headers set
+// by outer middleware are visible; changes after the first write are not
+// part of the response.
+func (rec *recorder) Header() http.Header { return rec.w.Header() }
+
+// WriteHeader records the status of the first call; informational (1xx)
+// statuses are dropped.
+func (rec *recorder) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http does
+	}
+	if rec.code != 0 || code < 200 {
+		return
+	}
+	rec.code = code
+	h := rec.w.Header()
+	rec.snap = make([]headerValues, 0, len(h))
+	for k, v := range h {
+		rec.snap = append(rec.snap, headerValues{k, v})
+	}
+}
+
+// get returns the snapshot's values of key.
+func (rec *recorder) get(key string) []string { return lookup(rec.snap, key) }
+
+func lookup(snap []headerValues, key string) []string {
+	for _, kv := range snap {
+		if kv.key == key {
+			return kv.values
+		}
+	}
+	return nil
+}
+
+// Write holds p, implying status 200 on the first call.
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.code == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if !bodyAllowed(rec.code) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if rec.streaming {
+		return rec.w.Write(p)
+	}
+	if len(rec.body)+len(p) > rec.limit {
+		rec.stream()
+		return rec.w.Write(p)
+	}
+	rec.hold(len(p))
+	rec.body = append(rec.body, p...)
+	return len(p), nil
+}
+
+// hold makes room for the first n bytes of a body, so that a small body
+// takes one allocation.
+func (rec *recorder) hold(n int) {
+	if rec.body == nil {
+		rec.body = make([]byte, 0, min(rec.limit, max(n, firstBodyRead)))
+	}
+}
+
+// WriteString is Write for a string.
+func (rec *recorder) WriteString(s string) (int, error) {
+	if rec.code == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.streaming || len(rec.body)+len(s) > rec.limit || !bodyAllowed(rec.code) {
+		return rec.Write([]byte(s))
+	}
+	rec.hold(len(s))
+	rec.body = append(rec.body, s...)
+	return len(s), nil
+}
+
+// FlushError commits the status like net/http's Flush, but sends nothing
+// while the response is held.
+func (rec *recorder) FlushError() error {
+	if rec.code == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if !rec.streaming {
+		return nil
+	}
+	return http.NewResponseController(rec.w).Flush()
+}
+
+// Flush implements http.Flusher; see FlushError.
+func (rec *recorder) Flush() { _ = rec.FlushError() }
+
+// Hijack refuses: a hijacked connection escapes the record.
+func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil, errHijack }
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
+
+// finish settles the status of a handler that wrote nothing (200).
+func (rec *recorder) finish() {
+	if rec.code == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+}
+
+// stream sends the status, headers and body held so far, and switches to
+// passing writes through.
+func (rec *recorder) stream() {
+	rec.send()
+	rec.streaming = true
+	rec.body = nil
+}
+
+// send writes the held response to the underlying writer, with the header
+// map as it was at the first write. Trailers (declared in the Trailer
+// header, or with http.TrailerPrefix) set by then are set again after the
+// body, so that net/http sends them as trailers only, as it does without
+// the middleware.
+func (rec *recorder) send() {
+	if rec.sent {
+		return
+	}
+	rec.sent = true
+	live := rec.w.Header()
+	declared := rec.get("Trailer")
+	var trailers []headerValues
+	for k, v := range live {
+		if isTrailer(k, declared) {
+			trailers = append(trailers, headerValues{k, v})
+			delete(live, k)
+		} else if rec.get(k) == nil {
+			delete(live, k)
+		}
+	}
+	for _, kv := range rec.snap {
+		live[kv.key] = kv.values
+	}
+	rec.w.WriteHeader(rec.code)
+	if len(rec.body) > 0 {
+		_, _ = rec.w.Write(rec.body)
+	}
+	for _, kv := range trailers {
+		live[kv.key] = kv.values
+	}
+}
+
+// isTrailer reports whether header key k is a trailer, which a handler sets
+// after writing the body: declared in the Trailer header, or prefixed with
+// http.TrailerPrefix.
+func isTrailer(k string, declared []string) bool {
+	if strings.HasPrefix(k, http.TrailerPrefix) {
+		return true
+	}
+	for _, v := range declared {
+		for f := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(f)) == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// bodyAllowed reports whether a response with this status may have a body.
+func bodyAllowed(code int) bool {
+	return code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
+}
