@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"crypto/rand"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,4 +129,18 @@ func forEachRawBackend(t *testing.T, f func(t *testing.T, b rawBackend)) {
 		srv := redistest.Shared(t)
 		f(t, rawBackend{srv.Client(t), redistest.Prefix(t)})
 	})
+}
+
+func TestLooksRandom(t *testing.T) {
+	random := make([]byte, 10240)
+	_, _ = rand.Read(random)
+	require.True(t, looksRandom(random), "random bytes")
+	text := []byte(strings.Repeat(`{"id":"pay_8f14e45fceea167a5a36dedd4bea2543","amount":1250,"status":"succeeded","note":"Thé café — ünïcode"}`, 100))
+	require.False(t, looksRandom(text), "JSON text")
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	require.True(t, looksRandom(all))
+	require.False(t, looksRandom(nil))
 }
