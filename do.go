@@ -76,22 +76,21 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 		p, ferr = encodeResult(v, ferr)
 		return p, p != nil
 	})
-	outcome := outcomeOf(ctx, out, err)
+	res, rerr := zero, err
 	switch {
 	case out.replayed:
-		v, err = decodeResult[T](out.payload)
-	case !out.ran:
-		v = zero
-	default:
-		err = joinErrors(ferr, err)
+		res, rerr = decodeResult[T](out.payload)
+	case out.ran:
+		res, rerr = v, joinErrors(ferr, err)
 	}
 	if ob != nil {
-		if out.replayed && err != nil && !errors.Is(err, ErrPermanent) {
+		outcome := outcomeOf(ctx, out, err)
+		if out.replayed && rerr != nil && !errors.Is(rerr, ErrPermanent) {
 			outcome = OutcomeUnreadable
 		}
-		ob.end(outcome, err)
+		ob.end(outcome, rerr)
 	}
-	return v, err
+	return res, rerr
 }
 
 // encodeResult returns the payload to store for fn's value v and error
@@ -147,17 +146,17 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		}
 		return nil, false
 	})
-	outcome := outcomeOf(ctx, out, err)
+	var rerr error
 	switch {
 	case out.replayed && len(out.payload) > 0 && out.payload[0] == payloadError:
-		err = &permanentError{err: errors.New(string(out.payload[1:]))}
-	case out.replayed:
-		err = nil
-	default:
-		err = joinErrors(ferr, err)
+		rerr = &permanentError{err: errors.New(string(out.payload[1:]))}
+	case !out.replayed:
+		rerr = joinErrors(ferr, err)
 	}
-	ob.end(outcome, err)
-	return out.ran, err
+	if ob != nil {
+		ob.end(outcomeOf(ctx, out, err), rerr)
+	}
+	return out.ran, rerr
 }
 
 // Payload tags for results stored by Do and Once.

@@ -120,7 +120,7 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}
-			t := time.Now()
+			t := o.obs.now()
 			err := w.wait(ctx, res.RetryAfter)
 			o.obs.waitSince(t)
 			if err != nil {
@@ -193,7 +193,7 @@ func (w *waiter) close() {
 
 // run runs fn as the owner of the claim of o, sent at claimed.
 func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
-	t := time.Now()
+	t := o.obs.now()
 	claimed, err := g.confirmLease(ctx, id, owner, claimed)
 	o.obs.storeSince(t)
 	if err != nil {
@@ -212,7 +212,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	finished = true
 	hold.stop()
 	out := outcome{payload: payload, ran: true, lost: errors.Is(context.Cause(hctx), ErrLeaseLost)}
-	t = time.Now()
+	t = o.obs.now()
 	defer o.obs.storeSince(t)
 	if !keep {
 		g.release(ctx, id, owner)

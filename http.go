@@ -158,12 +158,10 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.next.ServeHTTP(&c.rec, r2)
 			return m.record(&c.rec)
 		})
-	outcome := outcomeOf(r.Context(), out, err)
+	readable := true
 	switch {
 	case out.replayed:
-		if !m.replay(w, r, out.payload) {
-			outcome = OutcomeUnreadable
-		}
+		readable = m.replay(w, r, out.payload)
 	case out.ran:
 		// Committed, released (not stored), or not recorded: the engine
 		// logged the last; the client gets the handler's own response.
@@ -171,7 +169,13 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.refuse(w, r, err)
 	}
-	ob.end(outcome, err)
+	if ob != nil {
+		outcome := outcomeOf(r.Context(), out, err)
+		if !readable {
+			outcome = OutcomeUnreadable
+		}
+		ob.end(outcome, err)
+	}
 }
 
 // protects reports whether requests with this method need a key. Methods

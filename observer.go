@@ -148,6 +148,15 @@ func (ob *observation) abort() {
 	ob.end(OutcomeReleased, nil)
 }
 
+// now returns the time when there is an Observer to tell, else the zero
+// time: without one, the engine does not read the clock for it.
+func (ob *observation) now() time.Time {
+	if ob == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // storeSince adds the time since t to the time spent on the store.
 func (ob *observation) storeSince(t time.Time) {
 	if ob != nil {

@@ -57,9 +57,13 @@ func (o *recObserver) last(t *testing.T) idem.Event {
 }
 
 func TestObserverDoOutcomes(t *testing.T) {
+	forEachBackend(t, testObserverDoOutcomes)
+}
+
+func testObserverDoOutcomes(t *testing.T, b *backend) {
 	ctx := t.Context()
 	obs := &recObserver{}
-	g := idemtest.NewGuard(idem.WithObserver(obs), quiet)
+	g := b.guard(t, idem.WithObserver(obs))
 	req := payment{Amount: 1, Currency: "EUR"}
 	sawKind := false
 	_, err := idem.Do(ctx, g, "k1", req, func(ctx context.Context, a *idem.Attempt) (string, error) {
@@ -211,9 +215,13 @@ func TestObserverStoreFaults(t *testing.T) {
 }
 
 func TestObserverOnce(t *testing.T) {
+	forEachBackend(t, testObserverOnce)
+}
+
+func testObserverOnce(t *testing.T, b *backend) {
 	ctx := t.Context()
 	obs := &recObserver{}
-	g := idemtest.NewGuard(idem.WithObserver(obs), quiet)
+	g := b.guard(t, idem.WithObserver(obs))
 	ran, err := g.Once(ctx, "m1", func(ctx context.Context) error {
 		require.Equal(t, idem.KindOnce, ctx.Value(obsKey{}))
 		return nil
@@ -255,8 +263,12 @@ func keyed(r *http.Request, key string) *http.Request {
 }
 
 func TestObserverHTTPOutcomes(t *testing.T) {
+	forEachBackend(t, testObserverHTTPOutcomes)
+}
+
+func testObserverHTTPOutcomes(t *testing.T, b *backend) {
 	obs := &recObserver{}
-	g := idemtest.NewGuard(idem.WithObserver(obs), quiet)
+	g := b.guard(t, idem.WithObserver(obs))
 	status := http.StatusCreated
 	h := g.Middleware(idem.WithMaxRequestBody(64))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
