@@ -139,7 +139,7 @@ func (s *sealedStore) release(ctx context.Context, id, owner string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
 	defer cancel()
 	if err := s.Store.Release(rctx, id, owner); err != nil && !errors.Is(err, ErrLeaseLost) {
-		s.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "id", id, "err", err)
+		s.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "event", "release_failed", "id", id, "err", err)
 	}
 }
 
@@ -182,7 +182,7 @@ func (s *sealedStore) open(ctx context.Context, id, slot string, sealed, binding
 	}
 	_, kid, _ := splitSealed(sealed)
 	s.log.ErrorContext(ctx, "idem: stored value does not open; the operation is refused and not run again",
-		"id", id, "slot", slot, "key", kid, "err", err)
+		"event", "stored_value_unreadable", "id", id, "slot", slot, "key", kid, "err", err)
 	if !errors.Is(err, ErrUnreadable) {
 		err = fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
@@ -197,7 +197,7 @@ func (g *Guard) unreadableRecord(ctx context.Context, id string) error {
 		ids = s.keyIDs()
 	}
 	g.log.ErrorContext(ctx, "idem: the record's fingerprint is keyed with a key this Guard does not list; the operation is refused and not run again",
-		"id", id, "keys", listedKeys(ids))
+		"event", "fingerprint_key_unlisted", "id", id, "keys", listedKeys(ids))
 	return fmt.Errorf("%w: the record's fingerprint is keyed with a key this Guard does not list (this Guard's: %s)", ErrUnreadable, listedKeys(ids))
 }
 
