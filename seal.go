@@ -11,7 +11,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 )
 
 // A Sealer protects what a Guard stores: Do and Once results (a Permanent
@@ -173,38 +172,12 @@ func (s *aesgcmSealer) Seal(plaintext, binding []byte) ([]byte, error) {
 	h := len(s.head)
 	out := make([]byte, h+nonceLen, h+nonceLen+len(plaintext)+aead.Overhead())
 	copy(out, s.head)
-	nonces.read(out[h:])
+	rand.Read(out[h:]) // never fails (crypto/rand, Go 1.24+)
 	return aead.Seal(out, out[h:], plaintext, additionalData(s.head, binding)), nil
 }
 
 // nonceLen is the length of a GCM nonce.
 const nonceLen = 12
-
-// nonceSource hands out random nonces from a buffer that it refills from
-// crypto/rand, so that sealing costs one system call per few hundred
-// values instead of one per value. A GCM nonce must never repeat under a
-// key; it need not be secret.
-type nonceSource struct {
-	mu  sync.Mutex
-	buf [nonceLen * 256]byte
-	off int
-}
-
-var nonces = &nonceSource{off: nonceLen * 256}
-
-// read fills p (at most len(buf) bytes) with fresh random bytes; no byte is
-// handed out twice.
-func (n *nonceSource) read(p []byte) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.off+len(p) > len(n.buf) {
-		rand.Read(n.buf[:]) // never fails (crypto/rand, Go 1.24+)
-		n.off = 0
-	}
-	copy(p, n.buf[n.off:])
-	clear(n.buf[n.off : n.off+len(p)])
-	n.off += len(p)
-}
 
 // Open implements Sealer. Its errors wrap ErrUnreadable.
 func (s *aesgcmSealer) Open(sealed, binding []byte) ([]byte, error) {
