@@ -77,11 +77,11 @@ type outcome struct {
 // panic in fn releases the claim and continues.
 func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	if g == nil || g.store == nil {
-		var why string
+		why := "the Guard has no store"
 		if g != nil {
-			why = g.nilStore
+			why = g.unusable
 		}
-		return outcome{}, fmt.Errorf("%w: the Guard has no store%s", ErrStoreUnavailable, why)
+		return outcome{}, fmt.Errorf("%w: %s", ErrStoreUnavailable, why)
 	}
 	if err := validKey(o.key); err != nil {
 		return outcome{}, err

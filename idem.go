@@ -31,7 +31,8 @@ type Guard struct {
 	log       *slog.Logger
 	observer  Observer
 	sealer    Sealer // WithSealer; New puts a sealedStore in front of store
-	nilStore  string // names the nil Store New was given
+	sealerSet bool   // WithSealer was given, perhaps a nil Sealer
+	unusable  string // why the Guard has no store to use: a nil Store or Sealer
 }
 
 // Option configures a Guard.
@@ -121,15 +122,22 @@ func New(store Store, opts ...Option) *Guard {
 		write:     defaultWriteTimeout,
 		log:       slog.Default(),
 	}
-	if nilStore(store) {
-		g.store, g.nilStore = nil, fmt.Sprintf(" (New got a nil %T)", store)
+	g.unusable = "the Guard has no store"
+	if isNil(store) {
+		g.store, g.unusable = nil, fmt.Sprintf("the Guard has no store (New got a nil %T)", store)
 	}
 	for _, o := range opts {
 		if o != nil {
 			o(g)
 		}
 	}
-	if g.sealer != nil && g.store != nil {
+	switch {
+	case g.sealerSet && (g.sealer == nil || isNil(g.sealer)):
+		// Storing in the clear what was meant to be sealed would turn the
+		// protection off unseen: refuse every operation instead.
+		g.store, g.unusable = nil, fmt.Sprintf("WithSealer got a nil Sealer (%T); nothing is stored unsealed", g.sealer)
+		g.log.Error("idem: "+g.unusable+"; every operation fails with ErrStoreUnavailable", "event", "sealer_missing")
+	case g.sealer != nil && g.store != nil:
 		g.store = newSealedStore(g.store, g.sealer, g.log)
 	}
 	return g
@@ -144,13 +152,13 @@ func (g *Guard) retentionOf(o op) time.Duration {
 	return g.retention
 }
 
-// nilStore reports whether s is nil or a nil pointer, map, func, channel or
-// slice of a type implementing Store, whose methods would panic.
-func nilStore(s Store) bool {
-	if s == nil {
+// isNil reports whether v is a nil pointer, map, func, channel or slice in
+// an interface, whose methods would panic; false for a nil interface.
+func isNil(v any) bool {
+	if v == nil {
 		return false // New(nil): no store, said as it is
 	}
-	switch v := reflect.ValueOf(s); v.Kind() {
+	switch v := reflect.ValueOf(v); v.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
 		return v.IsNil()
 	}

@@ -240,7 +240,9 @@ func additionalData(head, binding []byte) []byte {
 // id+"\x00cp\x00"+name. A value that does not open makes the operation fail
 // with ErrUnreadable (the middleware: 500), and its function is not run;
 // the Guard logs it at error level with the value's key id, never key
-// material. The default is no sealing. A nil Sealer is ignored.
+// material. The default is no sealing. A nil Sealer (say, the result of a
+// NewAESGCMSealer whose error was ignored) makes every operation fail with
+// ErrStoreUnavailable: nothing is stored unsealed by mistake.
 //
 // With a Sealer that implements FingerprintKeyer (NewAESGCMSealer's does),
 // the stored request fingerprint is keyed too: its secret is derived from
@@ -260,11 +262,7 @@ func additionalData(head, binding []byte) []byte {
 // operations get ErrUnreadable. Switch when the store is empty (a new
 // prefix, WithPrefix) or accept that for one retention.
 func WithSealer(s Sealer) Option {
-	return func(g *Guard) {
-		if s != nil {
-			g.sealer = s
-		}
-	}
+	return func(g *Guard) { g.sealer, g.sealerSet = s, true }
 }
 
 // listedKeys renders the key ids of a Guard's fingerprint keys for a log.

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // testKey returns a 32-byte key made of b.
@@ -150,4 +152,27 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("Open(%x, %q) = %q, want an error", in, binding, p)
 		}
 	})
+}
+
+// nilSealer is a Sealer type whose nil pointer would panic.
+type nilSealer struct{ idem.Sealer }
+
+// TestNilSealerFailsClosed: WithSealer given a nil Sealer (a
+// NewAESGCMSealer error ignored) refuses every operation instead of storing
+// in the clear.
+func TestNilSealerFailsClosed(t *testing.T) {
+	bad, err := idem.NewAESGCMSealer("k1", map[string][]byte{"k1": []byte("short")})
+	require.Error(t, err)
+	for name, s := range map[string]idem.Sealer{"nil": nil, "from a failed NewAESGCMSealer": bad, "typed nil": (*nilSealer)(nil)} {
+		t.Run(name, func(t *testing.T) {
+			log, logged := recordingLogger()
+			g := idem.New(idemtest.NewMemoryStore(), idem.WithSealer(s), idem.WithLogger(log))
+			require.Contains(t, logged(), "event=sealer_missing", "said at construction")
+			ran := false
+			_, err := idem.Do(t.Context(), g, "k", "req", func(context.Context, *idem.Attempt) (string, error) { ran = true; return "x", nil })
+			require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+			require.ErrorContains(t, err, "WithSealer got a nil Sealer")
+			require.False(t, ran, "nothing runs unsealed")
+		})
+	}
 }
