@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,12 +112,15 @@ func encodeResult(v any, ferr error) ([]byte, error) {
 	case string:
 		return append([]byte{payloadString}, raw...), nil
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
+	e := requestEncoders.Get().(*requestEncoder)
+	defer e.done()
+	e.buf.WriteByte(payloadValue)
+	if err := e.enc.Encode(v); err != nil {
 		perr := Permanent(fmt.Errorf("idem: result of type %T is not JSON-encodable: %w", v, err))
 		return encodeError(perr), perr
 	}
-	return append([]byte{payloadValue}, b...), nil
+	b := e.buf.Bytes()
+	return bytes.Clone(b[:len(b)-1]), nil // without Encode's newline
 }
 
 // Once runs fn at most once for the message id, for consumers of at-least-once

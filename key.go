@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // onceFingerprint is the fingerprint of every Once id: a message id stands
@@ -38,10 +40,13 @@ func fingerprint(b []byte) string {
 // requestFingerprint fingerprints req's canonical JSON: object keys sorted,
 // no insignificant whitespace, numbers as encoded.
 func requestFingerprint(req any) (string, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
+	e := requestEncoders.Get().(*requestEncoder)
+	defer e.done()
+	if err := e.enc.Encode(req); err != nil {
 		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
 	}
+	b := e.buf.Bytes()
+	b = b[:len(b)-1] // Encode's newline: the rest is json.Marshal's output
 	if len(b) > 0 && (b[0] == '{' || b[0] == '[') {
 		// Structs marshal in field order, maps in key order: canonicalise
 		// so that equal JSON documents fingerprint equally, also across a
@@ -51,6 +56,27 @@ func requestFingerprint(req any) (string, error) {
 		}
 	}
 	return fingerprint(b), nil
+}
+
+// requestEncoder encodes requests and results into a buffer reused across
+// calls.
+type requestEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var requestEncoders = sync.Pool{New: func() any {
+	e := new(requestEncoder)
+	e.enc = json.NewEncoder(&e.buf)
+	return e
+}}
+
+// done returns e to the pool, unless a large request grew its buffer.
+func (e *requestEncoder) done() {
+	if e.buf.Cap() <= maxPooledBuffer {
+		e.buf.Reset()
+		requestEncoders.Put(e)
+	}
 }
 
 // newToken returns a fresh owner token: 48 random bits, base64url encoded.

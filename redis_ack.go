@@ -34,51 +34,50 @@ func WithReplicaAck(n int, timeout time.Duration) RedisOption {
 	}
 }
 
-// eval runs script. With replica acks (WithReplicaAck) it sends WAIT behind
-// the script on the same connection, in one pipeline to the master of the
-// keys' slot, since WAIT counts the writes of its own connection only; a
-// NOSCRIPT reply sends the script again with EVAL. ackErr reports too few
-// acknowledgements, or a WAIT that failed; the script's own reply is in cmd
-// either way.
-func (s *RedisStore) eval(ctx context.Context, script *luaScript, keys []string, args ...any) (cmd *redis.Cmd, ackErr error) {
-	a := script.args(keys, args)
+// eval runs the call. With replica acks (WithReplicaAck) it sends WAIT
+// behind the script on the same connection, in one pipeline to the master
+// of the keys' slot, since WAIT counts the writes of its own connection
+// only; a NOSCRIPT reply sends the script again with EVAL. ackErr reports
+// too few acknowledgements, or a WAIT that failed; the script's own reply is
+// in cmd either way.
+func (s *RedisStore) eval(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, ackErr error) {
 	if s.replicas == 0 {
-		cmd = script.cmd(ctx, a)
+		cmd = c.cmd(ctx, false)
 		_ = s.c.Process(ctx, cmd)
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = script.cmd(ctx, script.withSource(a))
+			cmd = c.cmd(ctx, true)
 			_ = s.c.Process(ctx, cmd)
 		}
 		return cmd, nil
 	}
-	return s.evalAcked(ctx, script, keys[0], a)
+	return s.evalAcked(ctx, c)
 }
 
-// evalAcked runs the command a of script with WAIT behind it; see eval.
-func (s *RedisStore) evalAcked(ctx context.Context, script *luaScript, key string, a []any) (cmd *redis.Cmd, ackErr error) {
-	var c redis.Cmdable = s.c
+// evalAcked runs the call with WAIT behind it; see eval.
+func (s *RedisStore) evalAcked(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, ackErr error) {
+	var cl redis.Cmdable = s.c
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, key)
+		m, err := cc.MasterForKey(ctx, c.firstKey())
 		if err != nil {
 			cmd = redis.NewCmd(ctx)
 			cmd.SetErr(err)
 			return cmd, err
 		}
-		c = m
+		cl = m
 	}
 	var wait *redis.IntCmd
-	send := func(a []any) {
-		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			cmd = script.cmd(ctx, a)
+	send := func(source bool) {
+		_, _ = cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = c.cmd(ctx, source)
 			_ = p.Process(ctx, cmd)
 			wait = redis.NewIntCmd(ctx, "wait", s.replicas, s.ackWait.Milliseconds())
 			_ = p.Process(ctx, wait)
 			return nil
 		})
 	}
-	send(a)
+	send(false)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		send(script.withSource(a))
+		send(true)
 	}
 	n, err := wait.Result()
 	switch {
@@ -96,37 +95,4 @@ func acked(err, ackErr error) error {
 		return err
 	}
 	return ackErr
-}
-
-// luaScript is a Lua script of the store, run by its SHA1 digest (EVALSHA)
-// and loaded by EVAL when the server does not know it yet.
-type luaScript struct {
-	src, sha any // boxed once: every command refers to them
-}
-
-func newScript(src string) *luaScript {
-	return &luaScript{src: src, sha: redis.NewScript(src).Hash()}
-}
-
-// args returns the arguments of EVALSHA for keys and args, in one slice.
-func (l *luaScript) args(keys []string, args []any) []any {
-	a := make([]any, 3, 3+len(keys)+len(args))
-	a[0], a[1], a[2] = "evalsha", l.sha, len(keys)
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	return append(a, args...)
-}
-
-// withSource turns the arguments of EVALSHA into those of EVAL.
-func (l *luaScript) withSource(a []any) []any {
-	a[0], a[1] = "eval", l.src
-	return a
-}
-
-// cmd returns the command for a, routed by its first key.
-func (l *luaScript) cmd(ctx context.Context, a []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, a...)
-	cmd.SetFirstKeyPos(3)
-	return cmd
 }

@@ -222,7 +222,9 @@ func (s *RedisStore) Forget(ctx context.Context, id string, force bool) (bool, e
 	if force {
 		flag = "1"
 	}
-	cmd, ackErr := s.eval(ctx, forgetScript, s.keys(id), flag)
+	c := s.call(forgetScript, id, true, true)
+	c.text(flag)
+	cmd, ackErr := s.eval(ctx, c)
 	v, err := cmd.Int64Slice()
 	switch {
 	case err != nil:

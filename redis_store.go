@@ -168,20 +168,24 @@ func (s *RedisStore) keys(id string) []string {
 var argAck, argNoAck any = "1", "0"
 
 // Claim implements Store.
-func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
+func (s *RedisStore) Claim(ctx context.Context, id string, r ClaimRequest) (ClaimResult, error) {
 	if err := s.usable(); err != nil {
 		return ClaimResult{}, err
 	}
-	keys := s.keys(id)
-	acked := argNoAck
+	c := s.call(claimScript, id, true, true)
+	c.text(r.Owner)
+	c.text(r.Fingerprint)
+	c.arg(ms(r.Lease))
+	c.arg(ms(r.TTL))
 	if s.replicas > 0 {
-		acked = argAck
+		c.arg(argAck)
+	} else {
+		c.arg(argNoAck)
 	}
-	args := []any{c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked}
-	if len(c.OtherFingerprints) > 0 {
-		args = append(args, strings.Join(c.OtherFingerprints, ","))
+	if len(r.OtherFingerprints) > 0 {
+		c.text(strings.Join(r.OtherFingerprints, ","))
 	}
-	cmd, ackErr := s.eval(ctx, claimScript, keys, args...)
+	cmd, ackErr := s.eval(ctx, c)
 	v, err := cmd.Result()
 	if err != nil {
 		return ClaimResult{}, err
@@ -195,7 +199,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 		// Too few replicas hold the claim: a failover could forget it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
 		defer cancel()
-		_ = s.Release(rctx, id, c.Owner)
+		_ = s.Release(rctx, id, r.Owner)
 		return ClaimResult{}, ackErr
 	case ClaimCompleted:
 		// Too few replicas hold the result: a failover could forget it,
@@ -212,7 +216,10 @@ func (s *RedisStore) Heartbeat(ctx context.Context, id, owner string, lease time
 	if err := s.usable(); err != nil {
 		return err
 	}
-	cmd, ackErr := s.eval(ctx, heartbeatScript, s.keys(id)[1:], owner, ms(lease))
+	c := s.call(heartbeatScript, id, false, true)
+	c.text(owner)
+	c.arg(ms(lease))
+	cmd, ackErr := s.eval(ctx, c)
 	return acked(owned(cmd.Int64()), ackErr)
 }
 
@@ -222,7 +229,11 @@ func (s *RedisStore) Checkpoint(ctx context.Context, id, owner, name string, val
 	if err := s.usable(); err != nil {
 		return err
 	}
-	cmd, ackErr := s.eval(ctx, checkpointScript, s.keys(id)[:1], owner, name, value)
+	c := s.call(checkpointScript, id, true, false)
+	c.text(owner)
+	c.text(name)
+	c.bytes(value)
+	cmd, ackErr := s.eval(ctx, c)
 	return acked(owned(cmd.Int64()), ackErr)
 }
 
@@ -233,11 +244,12 @@ func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []b
 		return err
 	}
 	format, payload := s.encodePayload(payload)
-	formatArg := any(formatRaw)
-	if format == formatDeflate {
-		formatArg = formatDeflate
-	}
-	cmd, ackErr := s.eval(ctx, completeScript, s.keys(id), owner, payload, ms(retention), formatArg)
+	c := s.call(completeScript, id, true, true)
+	c.text(owner)
+	c.bytes(payload)
+	c.arg(ms(retention))
+	c.text(format)
+	cmd, ackErr := s.eval(ctx, c)
 	return acked(owned(cmd.Int64()), ackErr)
 }
 
@@ -247,7 +259,9 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	cmd, _ := s.eval(ctx, releaseScript, s.keys(id), owner)
+	c := s.call(releaseScript, id, true, true)
+	c.text(owner)
+	cmd, _ := s.eval(ctx, c)
 	return owned(cmd.Int64())
 }
 

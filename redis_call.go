@@ -1,0 +1,105 @@
+package idem
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// luaScript is a Lua script of the store, run by its SHA1 digest (EVALSHA)
+// and loaded by EVAL when the server does not know it yet.
+type luaScript struct {
+	src, sha any // boxed once: every command refers to them
+}
+
+func newScript(src string) *luaScript {
+	return &luaScript{src: src, sha: redis.NewScript(src).Hash()}
+}
+
+// scriptCall is one run of a store script: the arguments of its EVALSHA
+// and the bytes its keys and text arguments are made of, in one
+// allocation. go-redis boxes every argument into an interface, which costs
+// an allocation per string; a call instead hands it pointers into itself
+// (free to box), which go-redis writes by MarshalBinary and prints, in a
+// hook or a log line, by String. A call is built, run once and dropped.
+type scriptCall struct {
+	script *luaScript
+	argv   [11]any // evalsha, sha, numkeys, keys, arguments
+	n      int
+	texts  [6]callText
+	nt     int
+	b      []byte // buf, until a long prefix or argument outgrows it
+	buf    [128]byte
+}
+
+// callText is a key or a text argument of a scriptCall.
+type callText struct{ b []byte }
+
+// MarshalBinary returns the argument's bytes, as go-redis writes them.
+func (t *callText) MarshalBinary() ([]byte, error) { return t.b, nil }
+
+// String returns the argument as go-redis prints it (and routes a key on
+// Redis Cluster).
+func (t *callText) String() string { return string(t.b) }
+
+// call starts a run of script on the operation id, with its record key, its
+// lease key, or both (in that order) as the script's keys.
+func (s *RedisStore) call(script *luaScript, id string, record, lease bool) *scriptCall {
+	c := &scriptCall{script: script, n: 3}
+	c.b = c.buf[:0]
+	c.argv[0], c.argv[1] = "evalsha", script.sha
+	// One run of bytes holds both keys: "<prefix>:{<id>}:l" and, without
+	// its last two bytes, "<prefix>:{<id>}".
+	c.b = append(append(append(append(c.b, s.prefix...), ":{"...), id...), "}:l"...)
+	k := c.b
+	nk := 0
+	if record {
+		c.bytes(k[:len(k)-2])
+		nk++
+	}
+	if lease {
+		c.bytes(k)
+		nk++
+	}
+	c.argv[2] = nk
+	return c
+}
+
+// text adds a text argument, copied into the call.
+func (c *scriptCall) text(s string) {
+	start := len(c.b)
+	c.b = append(c.b, s...)
+	// When the append moved c.b, earlier arguments keep the old array,
+	// which still holds their bytes.
+	c.bytes(c.b[start:len(c.b):len(c.b)])
+}
+
+// bytes adds an argument that refers to b, which must not change until the
+// call has run.
+func (c *scriptCall) bytes(b []byte) {
+	t := &c.texts[c.nt]
+	c.nt++
+	t.b = b
+	c.arg(t)
+}
+
+// arg adds an argument as it is, for values boxed once (ms, flags).
+func (c *scriptCall) arg(v any) {
+	c.argv[c.n] = v
+	c.n++
+}
+
+// firstKey returns the first key of the call.
+func (c *scriptCall) firstKey() string { return c.texts[0].String() }
+
+// cmd returns the call's command, routed by its first key; with source
+// set, it is the EVAL that loads the script.
+func (c *scriptCall) cmd(ctx context.Context, source bool) *redis.Cmd {
+	a := c.argv[:c.n]
+	if source {
+		a[0], a[1] = "eval", c.script.src
+	}
+	cmd := redis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
