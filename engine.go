@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -259,30 +260,48 @@ var errWriteTimeout = errors.New("idem: the store did not answer within the writ
 
 // bounded runs a store write detached from ctx's cancellation and waits for
 // it at most the write timeout (WithWriteTimeout). The call gets a context
-// with that deadline, but a Redis client may ignore it (go-redis does unless
-// ContextTimeoutEnabled is set): then the call is left to finish on its own,
-// within the client's own timeouts, and bounded reports errWriteTimeout.
+// with that deadline. A store whose client returns by the deadline (a
+// RedisStore on a go-redis client with ContextTimeoutEnabled) is called on
+// the caller's goroutine. Another may ignore it (go-redis does unless
+// ContextTimeoutEnabled is set): the call then runs on a goroutine of its
+// own, which is left to finish within the client's own timeouts when the
+// deadline passes, and bounded reports errWriteTimeout.
 func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
-	wctx, cancel := context.WithTimeout(ctx, g.write)
-	done := make(chan error, 1)
-	go func() {
+	if g.inlineWrites {
+		wctx, cancel := context.WithTimeout(ctx, g.write)
 		defer cancel()
-		done <- f(wctx)
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-wctx.Done():
-		select {
-		case err := <-done: // answered at the deadline
-			return err
-		default:
-			return errWriteTimeout
+		err := f(wctx)
+		if err != nil && wctx.Err() != nil {
+			return fmt.Errorf("%w: %w", errWriteTimeout, err)
 		}
+		return err
 	}
+	w := &boundedWrite{f: f}
+	w.ctx, w.cancel = context.WithTimeout(ctx, g.write)
+	go w.run()
+	<-w.ctx.Done() // the write's end cancels it too
+	if w.done.Load() {
+		return w.err
+	}
+	return errWriteTimeout
+}
+
+// boundedWrite is a store write run by bounded.
+type boundedWrite struct {
+	f      func(ctx context.Context) error
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error
+	done   atomic.Bool // err is set
+}
+
+func (w *boundedWrite) run() {
+	w.err = w.f(w.ctx)
+	w.done.Store(true)
+	w.cancel()
 }
 
 // storeError wraps a store failure as ErrStoreUnavailable, unless it was the

@@ -28,11 +28,14 @@ type Guard struct {
 	retention time.Duration
 	wait      time.Duration
 	write     time.Duration // bound of complete and release
-	log       *slog.Logger
-	observer  Observer
-	sealer    Sealer // WithSealer; New puts a sealedStore in front of store
-	sealerSet bool   // WithSealer was given, perhaps a nil Sealer
-	unusable  string // why the Guard has no store to use: a nil Store or Sealer
+	// inlineWrites: the store returns by its context's deadline, so bounded
+	// needs no goroutine of its own.
+	inlineWrites bool
+	log          *slog.Logger
+	observer     Observer
+	sealer       Sealer // WithSealer; New puts a sealedStore in front of store
+	sealerSet    bool   // WithSealer was given, perhaps a nil Sealer
+	unusable     string // why the Guard has no store to use: a nil Store or Sealer
 }
 
 // Option configures a Guard.
@@ -80,7 +83,9 @@ func WithWait(d time.Duration) Option {
 // run detached from the caller's context, so that a caller giving up cannot
 // void a result, and they are bounded by this timeout even when the Redis
 // client would wait longer (go-redis ignores context deadlines unless its
-// ContextTimeoutEnabled is set). A completion not answered in time is
+// ContextTimeoutEnabled is set: without it, each such call runs on a
+// goroutine of its own, which the caller stops waiting for at the timeout;
+// with it, on the caller's goroutine). A completion not answered in time is
 // reported as ErrNotRecorded joined with ErrStoreUnavailable: it may or may
 // not have been stored. Values below 10ms are raised to 10ms; zero or
 // negative means the default, 5s.
@@ -140,7 +145,16 @@ func New(store Store, opts ...Option) *Guard {
 	case g.sealer != nil && g.store != nil:
 		g.store = newSealedStore(g.store, g.sealer, g.log)
 	}
+	if d, ok := g.store.(deadlineStore); ok {
+		g.inlineWrites = d.honoursDeadlines()
+	}
 	return g
+}
+
+// deadlineStore is a Store that may know that its calls return by the
+// deadline of their context.
+type deadlineStore interface {
+	honoursDeadlines() bool
 }
 
 // retentionOf returns how long the records of o are kept: its own retention

@@ -140,6 +140,21 @@ func (s *RedisStore) usable() error {
 	return nil
 }
 
+// honoursDeadlines reports whether the store's calls return by their
+// context's deadline: go-redis's ContextTimeoutEnabled.
+func (s *RedisStore) honoursDeadlines() bool {
+	if s == nil {
+		return false
+	}
+	switch c := s.c.(type) {
+	case *redis.Client:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c != nil && c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
 // unusable reports why the store cannot work with c, or nil.
 func unusable(c redis.UniversalClient) error {
 	switch c := c.(type) {

@@ -26,6 +26,12 @@ type sealedStore struct {
 	bad    error             // a FingerprintKeyer that gave unusable keys
 }
 
+// honoursDeadlines reports what the wrapped store does.
+func (s *sealedStore) honoursDeadlines() bool {
+	d, ok := s.Store.(deadlineStore)
+	return ok && d.honoursDeadlines()
+}
+
 // fingerprintKey keys fingerprints under one key id.
 type fingerprintKey struct {
 	id   string

@@ -50,14 +50,22 @@ func (e *env) close() {
 }
 
 // client returns a new go-redis client on the standalone server whose round
-// trips are counted (and delayed by delay) by the returned hook.
+// trips are counted (and delayed by delay) by the returned hook. Like every
+// client of the benchmarks, it is configured as idem's README recommends:
+// ContextTimeoutEnabled, so that go-redis returns by a context's deadline.
 func (e *env) client(delay time.Duration, poolSize int) (*redis.Client, *rtHook) {
+	return e.clientWith(delay, poolSize, true)
+}
+
+// clientWith is client, with ContextTimeoutEnabled as given.
+func (e *env) clientWith(delay time.Duration, poolSize int, ctxTimeout bool) (*redis.Client, *rtHook) {
 	c := redis.NewClient(&redis.Options{
-		Addr:         e.redisAddr,
-		PoolSize:     max(poolSize, 16),
-		MinIdleConns: 0,
-		ReadTimeout:  10 * time.Second,
-		WriteTimeout: 10 * time.Second,
+		Addr:                  e.redisAddr,
+		PoolSize:              max(poolSize, 16),
+		MinIdleConns:          0,
+		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          10 * time.Second,
+		ContextTimeoutEnabled: ctxTimeout,
 	})
 	h := newRTHook(delay)
 	c.AddHook(h)
@@ -68,10 +76,11 @@ func (e *env) client(delay time.Duration, poolSize int) (*redis.Client, *rtHook)
 // clusterClient returns a cluster client whose logical commands are counted.
 func (e *env) clusterClient(poolSize int) (*redis.ClusterClient, *rtHook) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:        e.clusterAddrs,
-		PoolSize:     max(poolSize, 16),
-		ReadTimeout:  10 * time.Second,
-		WriteTimeout: 10 * time.Second,
+		Addrs:                 e.clusterAddrs,
+		PoolSize:              max(poolSize, 16),
+		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          10 * time.Second,
+		ContextTimeoutEnabled: true,
 	})
 	h := newRTHook(0)
 	c.AddHook(h)

@@ -36,18 +36,7 @@ func floorVariants(e *env, tag string, clients int, mk func() (redis.UniversalCl
 		},
 	}
 
-	dc, dh := mk()
-	g := e.guard(dc, base+"-do")
-	freshKeys := keyer("fresh")
-	fresh = &variant{
-		name: "idem.Do, fresh keys", clients: clients, rt: dh.n, hook: dh, srv: srv,
-		op: func(ctx context.Context, w int, seq uint64) error {
-			_, err := idem.Do(ctx, g, freshKeys.key(w, seq), theReq, func(ctx context.Context, a *idem.Attempt) (payment, error) {
-				return thePayment, nil
-			})
-			return err
-		},
-	}
+	fresh = freshDoVariant(e, "idem.Do, fresh keys", base+"-do", clients, mk, srv)
 
 	n := e.cfg.replayKeys
 	gc, gh := mk()
@@ -103,6 +92,22 @@ func floorVariants(e *env, tag string, clients int, mk func() (redis.UniversalCl
 		},
 	}
 	return raw, fresh, get, replay
+}
+
+// freshDoVariant returns idem.Do on fresh keys, on a client made by mk.
+func freshDoVariant(e *env, name, prefix string, clients int, mk func() (redis.UniversalClient, *rtHook), srv func(context.Context) (float64, error)) *variant {
+	c, h := mk()
+	g := e.guard(c, prefix)
+	keys := keyer("fresh")
+	return &variant{
+		name: name, clients: clients, rt: h.n, hook: h, srv: srv,
+		op: func(ctx context.Context, w int, seq uint64) error {
+			_, err := idem.Do(ctx, g, keys.key(w, seq), theReq, func(ctx context.Context, a *idem.Attempt) (payment, error) {
+				return thePayment, nil
+			})
+			return err
+		},
+	}
 }
 
 // Minimal Lua versions of the two-round-trip design: what any design built on
@@ -189,10 +194,16 @@ func runFloor(ctx context.Context, e *env) error {
 		mk := func() (redis.UniversalClient, *rtHook) { return e.client(d, clients) }
 		raw, fresh, get, replay := floorVariants(e, tag, clients, mk, srv)
 		fvs, rvs := []*variant{raw, fresh}, []*variant{get, replay}
-		var luaFresh, luaReplay *variant
+		var luaFresh, luaReplay, defFresh *variant
 		if d == 0 {
 			luaFresh, luaReplay = luaFloorVariants(e, tag, clients, mk, srv, get.keys)
 			fvs, rvs = append(fvs, luaFresh), append(rvs, luaReplay)
+			// Every other client here sets ContextTimeoutEnabled, as the
+			// README recommends; this row shows what go-redis defaults cost:
+			// the completion then runs on a goroutine of its own.
+			defaults := func() (redis.UniversalClient, *rtHook) { return e.clientWith(d, clients, false) }
+			defFresh = freshDoVariant(e, "idem.Do, fresh keys, go-redis defaults (no ContextTimeoutEnabled)", "b-"+e.nonce+"-"+tag+"-dodef", clients, defaults, srv)
+			fvs = append(fvs, defFresh)
 		}
 		if err := compare(ctx, e.cfg, title+" (fresh)", fvs...); err != nil {
 			return err
@@ -205,6 +216,7 @@ func runFloor(ctx context.Context, e *env) error {
 		if luaFresh != nil {
 			sec.pair(raw, luaFresh)
 			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua fresh", ratio(luaFresh, raw), math.NaN()})
+			sec.pair(raw, defFresh)
 		}
 		sec.pair(get, replay)
 		if luaReplay != nil {
@@ -224,7 +236,9 @@ func runFloor(ctx context.Context, e *env) error {
 func floorNote(d time.Duration, clients, replayKeys int, raw *variant) string {
 	s := fmt.Sprintf("%d concurrent client(s), one go-redis client per variant. The raw floor is the two round trips any "+
 		"correct design needs: `SET <k>:l <owner> NX PX 30000` to claim, then `SET <k> <result> PX` to store the "+
-		"~80 B result. Do stores the same result as JSON. Replays cycle over %d pre-completed keys.", clients, replayKeys)
+		"~80 B result. Do stores the same result as JSON. Replays cycle over %d pre-completed keys. Every client sets "+
+		"ContextTimeoutEnabled, as idem's README recommends (go-redis then returns by a context's deadline, and idem stores a "+
+		"result on the caller's goroutine), except the row marked go-redis defaults.", clients, replayKeys)
 	if d == 0 {
 		s += " The minimal-Lua rows do the same with the smallest scripts that could (claim: SET NX lease + SET record; " +
 			"complete: SET + DEL; read: GET): the cost of any script-based design, without idem's record format and checks."
