@@ -292,22 +292,32 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 // replay answers a repeat with a stored response, and reports whether it
 // could be read.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []byte) bool {
-	resp, err := decodeResponse(payload)
+	resp, err := parseHead(payload)
 	if err != nil {
 		m.g.log.ErrorContext(r.Context(), "idem: stored response does not decode", "event", "stored_response_unreadable", "err", err)
 		writeProblem(w, &probStoredUnreadable, "This request was already processed, but its stored response cannot be read. Do not retry it; look up the outcome of the operation instead.")
 		return false
 	}
+	// The values of a name are stored together: each name gets its run of
+	// one array, which ends with the replay header's value.
 	h := w.Header()
-	for i := 0; i < len(resp.headers); {
-		name := resp.headers[i].name // the values of a name are stored together
-		var values []string
-		for ; i < len(resp.headers) && resp.headers[i].name == name; i++ {
-			values = append(values, resp.headers[i].value)
+	values := make([]string, resp.count+1)
+	s, i, start := resp.text(payload), resp.first, 0
+	var name string
+	for k := range resp.count {
+		var n string
+		n, values[k], i = nextHeader(payload, s, i)
+		if k > start && n != name {
+			h[name] = values[start:k:k]
+			start = k
 		}
-		h[name] = values
+		name = n
 	}
-	h[ReplayedHeader] = []string{"true"}
+	if resp.count > 0 {
+		h[name] = values[start:resp.count:resp.count]
+	}
+	values[resp.count] = "true"
+	h[ReplayedHeader] = values[resp.count:]
 	if resp.tooLarge {
 		p := problem{
 			Type:   problemBase + "response-not-stored",
@@ -321,8 +331,8 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []by
 		return true
 	}
 	w.WriteHeader(resp.status)
-	if len(resp.body) > 0 {
-		_, _ = w.Write(resp.body)
+	if body := payload[resp.end:]; len(body) > 0 {
+		_, _ = w.Write(body)
 	}
 	return true
 }

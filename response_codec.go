@@ -120,10 +120,20 @@ type storedHeader struct{ name, value string }
 
 var errPayload = errors.New("idem: malformed stored response")
 
-// decodeResponse parses a payload made by appendHead and the body. The
-// header values share one string.
-func decodeResponse(p []byte) (storedResponse, error) {
-	var r storedResponse
+// responseHead is what a payload's head says. Its headers, checked, are read
+// one by one with nextHeader from first; the body starts at end.
+type responseHead struct {
+	tooLarge bool
+	status   int
+	count    int  // header values
+	first    int  // where the headers start
+	end      int  // where they end
+	texts    bool // a name or a value is stored as text, not as a code
+}
+
+// parseHead parses and checks the head of a payload made by appendHead.
+func parseHead(p []byte) (responseHead, error) {
+	var r responseHead
 	if len(p) < 4 || (p[0] != payloadResponse && p[0] != payloadTooLarge) {
 		return r, errPayload
 	}
@@ -136,40 +146,61 @@ func decodeResponse(p []byte) (storedResponse, error) {
 	if n <= 0 || count > uint64(len(p)) {
 		return r, errPayload
 	}
-	// First pass: find where the headers end; second: cut them out of
-	// one string.
-	i := 3 + n
-	end, ok := headersEnd(p, i, count)
-	if !ok {
+	r.count, r.first = int(count), 3+n
+	var ok bool
+	if r.end, r.texts, ok = headersEnd(p, r.first, count); !ok {
 		return r, errPayload
 	}
-	head := string(p[:end])
-	r.headers = make([]storedHeader, count)
-	for k := range r.headers {
-		h := &r.headers[k]
-		code := p[i]
-		i++
-		switch {
-		case code >= typeCode:
-			h.name, h.value = "Content-Type", wellKnownTypes[code-typeCode]
-			continue
-		case code == 0:
-			h.name, i, _ = cut(p, head, i)
-		default:
-			h.name = wellKnownHeaders[code-1]
-		}
-		h.value, i, _ = cut(p, head, i)
+	return r, nil
+}
+
+// text returns the string that nextHeader cuts the texts of p's headers
+// from: one string for all of them, or "" when there are none.
+func (r *responseHead) text(p []byte) string {
+	if !r.texts {
+		return ""
 	}
-	r.body = p[end:]
+	return string(p[:r.end])
+}
+
+// nextHeader returns the header at p[i:], checked by parseHead, with its
+// texts cut from s (responseHead.text), and the index after it.
+func nextHeader(p []byte, s string, i int) (name, value string, next int) {
+	code := p[i]
+	i++
+	switch {
+	case code >= typeCode:
+		return "Content-Type", wellKnownTypes[code-typeCode], i
+	case code == 0:
+		name, i, _ = cut(p, s, i)
+	default:
+		name = wellKnownHeaders[code-1]
+	}
+	value, i, _ = cut(p, s, i)
+	return name, value, i
+}
+
+// decodeResponse parses a payload made by appendHead and the body. The
+// header values share one string.
+func decodeResponse(p []byte) (storedResponse, error) {
+	h, err := parseHead(p)
+	if err != nil {
+		return storedResponse{}, err
+	}
+	r := storedResponse{tooLarge: h.tooLarge, status: h.status, headers: make([]storedHeader, h.count), body: p[h.end:]}
+	s, i := h.text(p), h.first
+	for k := range r.headers {
+		r.headers[k].name, r.headers[k].value, i = nextHeader(p, s, i)
+	}
 	return r, nil
 }
 
 // headersEnd checks the count headers of p that start at i, and returns
-// where they end.
-func headersEnd(p []byte, i int, count uint64) (int, bool) {
+// where they end and whether any is stored as text.
+func headersEnd(p []byte, i int, count uint64) (end int, texts bool, ok bool) {
 	for range count {
 		if i >= len(p) {
-			return 0, false
+			return 0, false, false
 		}
 		code := p[i]
 		i++
@@ -180,16 +211,17 @@ func headersEnd(p []byte, i int, count uint64) (int, bool) {
 		case code == 0:
 			_, i, ok = cut(p, "", i)
 		case int(code) > len(wellKnownHeaders):
-			return 0, false
+			return 0, false, false
 		}
 		if ok {
 			_, i, ok = cut(p, "", i)
 		}
 		if !ok {
-			return 0, false
+			return 0, false, false
 		}
+		texts = true
 	}
-	return i, true
+	return i, texts, true
 }
 
 // cut reads the length-prefixed string at p[i:], returned as a substring of
