@@ -142,22 +142,24 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ob.end(OutcomeInvalidKey, nil)
 		return
 	}
-	body, fp, refused := m.readRequest(w, r)
+	bp := bodyBuffers.Get().(*[]byte)
+	body, fp, refused := m.readRequest(w, r, (*bp)[:0])
 	if refused != "" {
+		bodyBuffers.Put(bp)
 		ob.end(refused, nil)
 		return
 	}
 
-	c := &call{}
+	var c *call
 	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob},
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
-			c.rec = recorder{w: w, limit: m.maxResponse}
-			c.body = bodyReader{b: body}
-			r2 := r.WithContext(ContextWithAttempt(ctx, a))
-			r2.Body = &c.body
-			h.next.ServeHTTP(&c.rec, r2)
+			c = m.newCall(ctx, a, w, r, body)
+			h.next.ServeHTTP(&c.rec, &c.req)
 			return m.record(&c.rec)
 		})
+	if c == nil || c.body.drained() {
+		putBody(bp, body)
+	}
 	readable := true
 	switch {
 	case out.replayed:
@@ -225,10 +227,10 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 	return scope, true
 }
 
-// readRequest reads the body and fingerprints the request, or answers with
-// a problem and returns the outcome of the refusal.
-func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, fp string, refused Outcome) {
-	body, status := readBody(r, m.maxRequest)
+// readRequest reads the body into buf and fingerprints the request, or
+// answers with a problem and returns the outcome of the refusal.
+func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, fp string, refused Outcome) {
+	body, status := readBody(r, m.maxRequest, buf)
 	switch status {
 	case http.StatusRequestEntityTooLarge:
 		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
@@ -240,10 +242,40 @@ func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body [
 	return body, requestPrint(r, r.URL.EscapedPath(), body), ""
 }
 
-// call is the state of one protected request, allocated once.
+// call is the state of a request whose handler runs, allocated once: the
+// recorder, the body, and the request and context the handler gets.
 type call struct {
 	rec  recorder
 	body bodyReader
+	actx attemptContext
+	req  http.Request
+}
+
+// newCall prepares the run of the handler under ctx and a: r with that
+// context and body.
+func (m *middleware) newCall(ctx context.Context, a *Attempt, w http.ResponseWriter, r *http.Request, body []byte) *call {
+	c := &call{
+		rec:  recorder{w: w, limit: m.maxResponse, stored: m.stored},
+		actx: attemptContext{Context: ctx, a: a},
+	}
+	c.body.b = body[:len(body):len(body)] // the pooled array's tail is not the handler's
+	c.req = *r.WithContext(&c.actx)       // a copy in c, as WithContext makes one
+	c.req.Body = &c.body
+	return c
+}
+
+// attemptContext is ContextWithAttempt's context, held in the call rather
+// than allocated apart.
+type attemptContext struct {
+	context.Context
+	a *Attempt
+}
+
+func (c *attemptContext) Value(key any) any {
+	if _, ok := key.(attemptContextKey); ok {
+		return c.a
+	}
+	return c.Context.Value(key)
 }
 
 // record finishes the captured response and returns the payload to store,
@@ -253,12 +285,7 @@ func (m *middleware) record(rec *recorder) ([]byte, bool) {
 	if !m.cacheStatus(rec.code) {
 		return nil, false
 	}
-	tag, body := payloadResponse, rec.body
-	if rec.streaming {
-		tag, body = payloadTooLarge, nil
-	}
-	p := make([]byte, 0, headSize(tag, rec.snap, m.stored)+len(body))
-	return append(appendHead(p, tag, rec.code, rec.snap, m.stored), body...), true
+	return rec.payload(), true
 }
 
 // refuse answers a request whose handler did not run.
