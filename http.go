@@ -142,22 +142,24 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ob.end(OutcomeInvalidKey, nil)
 		return
 	}
-	body, fp, refused := m.readRequest(w, r)
+	bp := bodyBuffers.Get().(*[]byte)
+	body, fp, refused := m.readRequest(w, r, (*bp)[:0])
 	if refused != "" {
+		bodyBuffers.Put(bp)
 		ob.end(refused, nil)
 		return
 	}
 
-	c := &call{}
+	var c *call
 	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob},
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
-			c.rec = recorder{w: w, limit: m.maxResponse}
-			c.body = bodyReader{b: body}
-			r2 := r.WithContext(ContextWithAttempt(ctx, a))
-			r2.Body = &c.body
-			h.next.ServeHTTP(&c.rec, r2)
+			c = m.newCall(ctx, a, w, r, body)
+			h.next.ServeHTTP(&c.rec, &c.req)
 			return m.record(&c.rec)
 		})
+	if c == nil || c.body.drained() {
+		putBody(bp, body)
+	}
 	readable := true
 	switch {
 	case out.replayed:
@@ -225,10 +227,10 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 	return scope, true
 }
 
-// readRequest reads the body and fingerprints the request, or answers with
-// a problem and returns the outcome of the refusal.
-func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, fp string, refused Outcome) {
-	body, status := readBody(r, m.maxRequest)
+// readRequest reads the body into buf and fingerprints the request, or
+// answers with a problem and returns the outcome of the refusal.
+func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, fp string, refused Outcome) {
+	body, status := readBody(r, m.maxRequest, buf)
 	switch status {
 	case http.StatusRequestEntityTooLarge:
 		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
@@ -240,10 +242,40 @@ func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request) (body [
 	return body, requestPrint(r, r.URL.EscapedPath(), body), ""
 }
 
-// call is the state of one protected request, allocated once.
+// call is the state of a request whose handler runs, allocated once: the
+// recorder, the body, and the request and context the handler gets.
 type call struct {
 	rec  recorder
 	body bodyReader
+	actx attemptContext
+	req  http.Request
+}
+
+// newCall prepares the run of the handler under ctx and a: r with that
+// context and body.
+func (m *middleware) newCall(ctx context.Context, a *Attempt, w http.ResponseWriter, r *http.Request, body []byte) *call {
+	c := &call{
+		rec:  recorder{w: w, limit: m.maxResponse, stored: m.stored},
+		actx: attemptContext{Context: ctx, a: a},
+	}
+	c.body.b = body[:len(body):len(body)] // the pooled array's tail is not the handler's
+	c.req = *r.WithContext(&c.actx)       // a copy in c, as WithContext makes one
+	c.req.Body = &c.body
+	return c
+}
+
+// attemptContext is ContextWithAttempt's context, held in the call rather
+// than allocated apart.
+type attemptContext struct {
+	context.Context
+	a *Attempt
+}
+
+func (c *attemptContext) Value(key any) any {
+	if _, ok := key.(attemptContextKey); ok {
+		return c.a
+	}
+	return c.Context.Value(key)
 }
 
 // record finishes the captured response and returns the payload to store,
@@ -253,12 +285,7 @@ func (m *middleware) record(rec *recorder) ([]byte, bool) {
 	if !m.cacheStatus(rec.code) {
 		return nil, false
 	}
-	tag, body := payloadResponse, rec.body
-	if rec.streaming {
-		tag, body = payloadTooLarge, nil
-	}
-	p := make([]byte, 0, headSize(tag, rec.snap, m.stored)+len(body))
-	return append(appendHead(p, tag, rec.code, rec.snap, m.stored), body...), true
+	return rec.payload(), true
 }
 
 // refuse answers a request whose handler did not run.
@@ -292,22 +319,32 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 // replay answers a repeat with a stored response, and reports whether it
 // could be read.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []byte) bool {
-	resp, err := decodeResponse(payload)
+	resp, err := parseHead(payload)
 	if err != nil {
 		m.g.log.ErrorContext(r.Context(), "idem: stored response does not decode", "event", "stored_response_unreadable", "err", err)
 		writeProblem(w, &probStoredUnreadable, "This request was already processed, but its stored response cannot be read. Do not retry it; look up the outcome of the operation instead.")
 		return false
 	}
+	// The values of a name are stored together: each name gets its run of
+	// one array, which ends with the replay header's value.
 	h := w.Header()
-	for i := 0; i < len(resp.headers); {
-		name := resp.headers[i].name // the values of a name are stored together
-		var values []string
-		for ; i < len(resp.headers) && resp.headers[i].name == name; i++ {
-			values = append(values, resp.headers[i].value)
+	values := make([]string, resp.count+1)
+	s, i, start := resp.text(payload), resp.first, 0
+	var name string
+	for k := range resp.count {
+		var n string
+		n, values[k], i = nextHeader(payload, s, i)
+		if k > start && n != name {
+			h[name] = values[start:k:k]
+			start = k
 		}
-		h[name] = values
+		name = n
 	}
-	h[ReplayedHeader] = []string{"true"}
+	if resp.count > 0 {
+		h[name] = values[start:resp.count:resp.count]
+	}
+	values[resp.count] = "true"
+	h[ReplayedHeader] = values[resp.count:]
 	if resp.tooLarge {
 		p := problem{
 			Type:   problemBase + "response-not-stored",
@@ -321,8 +358,8 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []by
 		return true
 	}
 	w.WriteHeader(resp.status)
-	if len(resp.body) > 0 {
-		_, _ = w.Write(resp.body)
+	if body := payload[resp.end:]; len(body) > 0 {
+		_, _ = w.Write(body)
 	}
 	return true
 }

@@ -132,11 +132,41 @@ func TestReadBody(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodPost, "/", nil)
 			r.Body, r.ContentLength = io.NopCloser(tc.body), tc.length
-			buf, status := readBody(r, tc.max)
+			buf, status := readBody(r, tc.max, nil)
 			require.Equal(t, tc.status, status)
 			if status == 0 {
 				require.Equal(t, tc.want, string(buf))
 				require.LessOrEqual(t, cap(buf), max(2*len(tc.want), firstBodyRead), "grown with the bytes read")
+			}
+		})
+	}
+}
+
+// TestReadBodyReusedBuffer: a reused buffer, larger than the body and
+// holding an earlier body, reads no more than a fresh one.
+func TestReadBodyReusedBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   string
+		length int64
+		max    int64
+		want   string
+		status int
+	}{
+		{name: "announced", body: "hello", length: 5, max: 10, want: "hello"},
+		{name: "more bytes than announced", body: "hello", length: 2, max: 10, want: "he"},
+		{name: "unknown length", body: "hello", length: -1, max: 10, want: "hello"},
+		{name: "unknown length, past the limit", body: "hello!", length: -1, max: 5, status: 413},
+		{name: "larger than the buffer", body: strings.Repeat("y", 5000), length: 5000, max: 8000, want: strings.Repeat("y", 5000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := bytes.Repeat([]byte("x"), 4096)
+			r := httptest.NewRequest(http.MethodPost, "/", nil)
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(tc.body)), tc.length
+			buf, status := readBody(r, tc.max, old[:0])
+			require.Equal(t, tc.status, status)
+			if status == 0 {
+				require.Equal(t, tc.want, string(buf))
 			}
 		})
 	}
@@ -162,7 +192,7 @@ func FuzzReadBody(f *testing.F) {
 		}
 		r := httptest.NewRequest(http.MethodPost, "/", nil)
 		r.Body, r.ContentLength = io.NopCloser(rd), max(announced, -1)
-		got, status := readBody(r, limit)
+		got, status := readBody(r, limit, nil)
 		if status != 0 {
 			return
 		}

@@ -14,14 +14,21 @@ import (
 // headers are snapshotted at the first write. It holds the response until
 // send, unless the body grows past limit: then it sends what it has and
 // passes the rest through (streaming).
+//
+// The body is held after the head of the payload to store (its status and
+// the stored headers, known once the first byte is written), so that the
+// payload takes no copy.
 type recorder struct {
 	w         http.ResponseWriter
 	limit     int
+	stored    []string // the headers the payload keeps
 	code      int
 	snap      []headerValues // the header map at the first write
-	body      []byte
-	streaming bool // the body outgrew limit: writes pass through
-	sent      bool // status and headers are written to w
+	buf       []byte         // the payload's head, then the body
+	head      int            // the length of the head in buf
+	streaming bool           // the body outgrew limit: writes pass through
+	sent      bool           // status and headers are written to w
+	snapArr   [8]headerValues
 }
 
 // headerValues is one entry of a header snapshot. Keeping the value slices is
@@ -49,7 +56,10 @@ func (rec *recorder) WriteHeader(code int) {
 	}
 	rec.code = code
 	h := rec.w.Header()
-	rec.snap = make([]headerValues, 0, len(h))
+	rec.snap = rec.snapArr[:0]
+	if len(h) > len(rec.snapArr) {
+		rec.snap = make([]headerValues, 0, len(h))
+	}
 	for k, v := range h {
 		rec.snap = append(rec.snap, headerValues{k, v})
 	}
@@ -78,21 +88,40 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.streaming {
 		return rec.w.Write(p)
 	}
-	if len(rec.body)+len(p) > rec.limit {
+	if len(rec.buf)-rec.head+len(p) > rec.limit {
 		rec.stream()
 		return rec.w.Write(p)
 	}
 	rec.hold(len(p))
-	rec.body = append(rec.body, p...)
+	rec.buf = append(rec.buf, p...)
 	return len(p), nil
 }
 
-// hold makes room for the first n bytes of a body, so that a small body
-// takes one allocation.
+// hold makes room for the head and the first n bytes of a body, so that a
+// small response takes one allocation.
 func (rec *recorder) hold(n int) {
-	if rec.body == nil {
-		rec.body = make([]byte, 0, min(rec.limit, max(n, firstBodyRead)))
+	if rec.buf == nil {
+		size := headSize(payloadResponse, rec.snap, rec.stored)
+		rec.buf = make([]byte, 0, size+min(rec.limit, max(n, firstBodyRead)))
+		rec.buf = appendHead(rec.buf, payloadResponse, rec.code, rec.snap, rec.stored)
+		rec.head = len(rec.buf)
 	}
+}
+
+// body returns the body held so far.
+func (rec *recorder) body() []byte { return rec.buf[rec.head:] }
+
+// payload returns the payload to store: the held buffer, or, when no body
+// was held or it outgrew the limit, a head of its own.
+func (rec *recorder) payload() []byte {
+	if rec.buf != nil {
+		return rec.buf
+	}
+	tag := payloadResponse
+	if rec.streaming {
+		tag = payloadTooLarge
+	}
+	return appendHead(make([]byte, 0, headSize(tag, rec.snap, rec.stored)), tag, rec.code, rec.snap, rec.stored)
 }
 
 // WriteString is Write for a string.
@@ -100,11 +129,11 @@ func (rec *recorder) WriteString(s string) (int, error) {
 	if rec.code == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
-	if rec.streaming || len(rec.body)+len(s) > rec.limit || !bodyAllowed(rec.code) {
+	if rec.streaming || len(rec.buf)-rec.head+len(s) > rec.limit || !bodyAllowed(rec.code) {
 		return rec.Write([]byte(s))
 	}
 	rec.hold(len(s))
-	rec.body = append(rec.body, s...)
+	rec.buf = append(rec.buf, s...)
 	return len(s), nil
 }
 
@@ -141,7 +170,7 @@ func (rec *recorder) finish() {
 func (rec *recorder) stream() {
 	rec.send()
 	rec.streaming = true
-	rec.body = nil
+	rec.buf, rec.head = nil, 0
 }
 
 // send writes the held response to the underlying writer, with the header
@@ -169,8 +198,8 @@ func (rec *recorder) send() {
 		live[kv.key] = kv.values
 	}
 	rec.w.WriteHeader(rec.code)
-	if len(rec.body) > 0 {
-		_, _ = rec.w.Write(rec.body)
+	if body := rec.body(); len(body) > 0 {
+		_, _ = rec.w.Write(body)
 	}
 	for _, kv := range trailers {
 		live[kv.key] = kv.values

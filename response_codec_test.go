@@ -2,6 +2,7 @@ package idem
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,9 +32,11 @@ func TestResponsePayload(t *testing.T) {
 
 	// Compact: the body plus a few bytes a header.
 	minimal := encode(payloadResponse, 201, http.Header{"Content-Type": {"application/json"}}, defaultStoredHeaders, body)
-	require.Equal(t, len(body)+4+1, len(minimal), "a common Content-Type is one byte")
+	require.Equal(t, len(body)+2+1, len(minimal), "a common status and count are one byte, a common Content-Type one")
 	odd := encode(payloadResponse, 201, http.Header{"Content-Type": {"application/xml"}}, defaultStoredHeaders, body)
-	require.Equal(t, len(body)+4+2+len("application/xml"), len(odd))
+	require.Equal(t, len(body)+2+2+len("application/xml"), len(odd))
+	rare := encode(payloadResponse, 299, http.Header{"Content-Type": {"application/json"}}, defaultStoredHeaders, body)
+	require.Equal(t, len(body)+4+1, len(rare), "a rare status takes the long form")
 
 	// Too large: the status and the headers that do not describe the body.
 	p = encode(payloadTooLarge, 201, h, names, nil)
@@ -43,10 +46,45 @@ func TestResponsePayload(t *testing.T) {
 	require.Equal(t, []storedHeader{{"Location", "/payments/1"}, {"X-Request-Id", "r1"}, {"X-Request-Id", "r2"}}, r.headers)
 	require.Empty(t, r.body)
 
-	for _, bad := range [][]byte{nil, {'r'}, {'x', 0, 200, 0}, {'r', 0, 20, 0}, {'r', 0, 200, 1}, {'r', 0, 200, 1, 9, 0}, {'r', 0, 200, 1, 0, 5, 'a'}, {'r', 0, 200, 0xff}, {'r', 0, 200, 1, 0x7f}, {'r', 0, 200, 1, 0x3f}} {
+	for _, bad := range [][]byte{
+		nil, {'r'}, {'x', 0, 200, 0}, {'r', 0, 20, 0}, {'r', 0, 200, 1}, {'r', 0, 200, 1, 9, 0}, {'r', 0, 200, 1, 0, 5, 'a'}, {'r', 0, 200, 0xff}, {'r', 0, 200, 1, 0x7f}, {'r', 0, 200, 1, 0x3f},
+		{'r', 0, 200}, {'r', 0xff}, {'r', byte(compactCode + 4*len(wellKnownStatuses))}, {'r', compactCode + 1}, {'r', compactCode + 1, 0x7f},
+	} {
 		_, err := decodeResponse(bad)
 		require.Error(t, err, "%q", bad)
 	}
+}
+
+// TestResponsePayloadForms: every status and count round-trips, in the
+// compact form when it has one, and payloads of the long form written
+// before the compact one existed still decode.
+func TestResponsePayloadForms(t *testing.T) {
+	require.LessOrEqual(t, compactCode+4*len(wellKnownStatuses)-1, 0xff, "compact codes fit a byte")
+	for status := 100; status <= 999; status++ {
+		for count := range 6 {
+			h := http.Header{"X-V": make([]string, count)}
+			p := encode(payloadResponse, status, h, []string{"X-V"}, []byte("b"))
+			r, err := decodeResponse(p)
+			require.NoError(t, err)
+			require.Equal(t, status, r.status)
+			require.Len(t, r.headers, count)
+			require.Equal(t, "b", string(r.body))
+			compact := slices.Contains(wellKnownStatuses[:], uint16(status)) && count <= compactCount
+			require.Equal(t, compact, p[1] >= compactCode, "status %d, %d values", status, count)
+		}
+	}
+	old := []byte{'r', 0, 201, 2, 0x40, 2, 4, '/', 'p', '/', '1', '{', '}'}
+	r, err := decodeResponse(old)
+	require.NoError(t, err)
+	require.Equal(t, 201, r.status)
+	require.Equal(t, []storedHeader{{"Content-Type", "application/json"}, {"Location", "/p/1"}}, r.headers)
+	require.Equal(t, "{}", string(r.body))
+	old = []byte{'t', 1, 0x2c, 0}
+	r, err = decodeResponse(old)
+	require.NoError(t, err)
+	require.True(t, r.tooLarge)
+	require.Equal(t, 300, r.status)
+	require.Empty(t, r.headers)
 }
 
 func FuzzDecodeResponse(f *testing.F) {
