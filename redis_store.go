@@ -177,7 +177,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, c ClaimRequest) (Clai
 	if s.replicas > 0 {
 		acked = argAck
 	}
-	args := []any{c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked}
+	args := []any{c.Owner, c.Fingerprint, ms(c.Lease), ms(c.TTL), acked, createdArg()}
 	if len(c.OtherFingerprints) > 0 {
 		args = append(args, strings.Join(c.OtherFingerprints, ","))
 	}
