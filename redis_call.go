@@ -24,7 +24,7 @@ func newScript(src string) *luaScript {
 // hook or a log line, by String. A call is built, run once and dropped.
 type scriptCall struct {
 	script *luaScript
-	argv   [11]any // evalsha, sha, numkeys, keys, arguments
+	argv   [12]any // evalsha, sha, numkeys, keys, arguments
 	n      int
 	texts  [6]callText
 	nt     int

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,13 +20,34 @@ import (
 // 1 is the format version, S the state: P (in progress or released) or C
 // (completed). FENCE is decimal, OWNER the token of the last claim,
 // FINGERPRINT the request's, CREATED the Unix time in seconds of the first
-// claim. BODY holds, for P, the checkpoints as netstring pairs
+// claim (the claiming client's clock, createdArg; the server's before). BODY holds, for P, the checkpoints as netstring pairs
 // (LEN:NAME LEN:VALUE ...), and for C the stored payload after a format byte
 // (= as is, z deflated). The scripts in lua/ write and match it; this file is
 // its Go side. A later format gets another version, so that records written
 // before a deploy are still read after it; a reader refuses a format it does
 // not know instead of misreading it.
 const recordFormat = "1"
+
+// createdArg returns the current Unix second, boxed for a script argument:
+// claim.lua's ARGV[6], CREATED of a record it creates. (The client's clock
+// saves the script a TIME call on every fresh key.) The box is shared while
+// the second lasts.
+func createdArg() any {
+	now := time.Now().Unix()
+	if p := createdBox.Load(); p != nil && p.sec == now {
+		return p.arg
+	}
+	p := &boxedSecond{now, now}
+	createdBox.Store(p)
+	return p.arg
+}
+
+type boxedSecond struct {
+	sec int64
+	arg any
+}
+
+var createdBox atomic.Pointer[boxedSecond]
 
 // recordFields are the fields of a stored record, unparsed.
 type recordFields struct {

@@ -144,3 +144,64 @@ func TestLooksRandom(t *testing.T) {
 	require.True(t, looksRandom(all))
 	require.False(t, looksRandom(nil))
 }
+
+// TestClaimScriptPaths covers the paths of lua/claim.lua that the common
+// ones skip: a lease left without its record, the fence of a mismatch on a
+// completed record, a completed record keyed with another listed key, and a
+// completed record whose header does not parse.
+func TestClaimScriptPaths(t *testing.T) {
+	forEachRawBackend(t, func(t *testing.T, b rawBackend) {
+		ctx := context.Background()
+		s := NewRedisStore(b.c, WithPrefix(b.prefix), WithCompression(0))
+		rec, lease := s.Keys("paths")
+		claim := func(c ClaimRequest) ClaimResult {
+			t.Helper()
+			c.Lease, c.TTL = time.Minute, time.Hour
+			res, err := s.Claim(ctx, "paths", c)
+			require.NoError(t, err)
+			return res
+		}
+
+		// A lease without its record (evicted, or deleted by hand): its
+		// holder may still run, and no record is written.
+		require.NoError(t, b.c.Set(ctx, lease, "holder", time.Minute).Err())
+		res := claim(ClaimRequest{Owner: "own1", Fingerprint: "fp"})
+		require.Equal(t, ClaimBusy, res.Status)
+		require.Positive(t, res.RetryAfter)
+		require.Zero(t, b.c.Exists(ctx, rec).Val())
+		require.NoError(t, b.c.Del(ctx, lease).Err())
+
+		// A completed record: the same request replays, another one is a
+		// mismatch that reports the record's fence.
+		require.NoError(t, b.c.Set(ctx, rec, "1C|7|own1|k1.MAC1|1700000000|=done", time.Hour).Err())
+		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC1"})
+		require.Equal(t, ClaimCompleted, res.Status)
+		require.Equal(t, int64(7), res.Fence)
+		require.Equal(t, []byte("done"), res.Payload)
+		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC2"})
+		require.Equal(t, ClaimResult{Status: ClaimMismatch, Fence: 7}, res)
+		// Keyed with a key the caller lists besides its current one.
+		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9", OtherFingerprints: []string{"k1.MAC1"}})
+		require.Equal(t, ClaimCompleted, res.Status)
+		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9", OtherFingerprints: []string{"k1.MAC2"}})
+		require.Equal(t, ClaimResult{Status: ClaimMismatch, Fence: 7}, res)
+		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9"})
+		require.Equal(t, ClaimUnreadable, res.Status)
+
+		// A completed record whose header does not parse is refused.
+		require.NoError(t, b.c.Set(ctx, rec, "1C|x|own1|k1.MAC1|1700000000|=done", time.Hour).Err())
+		_, err := s.Claim(ctx, "paths", ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC1", Lease: time.Minute, TTL: time.Hour})
+		require.ErrorContains(t, err, "unreadable record")
+	})
+}
+
+func TestCreatedArg(t *testing.T) {
+	before := time.Now().Unix()
+	a := createdArg()
+	sec, ok := a.(int64)
+	require.True(t, ok)
+	require.InDelta(t, before, sec, 1)
+	// The box is shared within a second (AllocsPerRun rounds the one
+	// allocation of a second that begins during the runs down to 0).
+	require.Zero(t, testing.AllocsPerRun(10, func() { _ = createdArg() }))
+}

@@ -197,6 +197,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, r ClaimRequest) (Clai
 	} else {
 		c.arg(argNoAck)
 	}
+	c.arg(createdArg())
 	if len(r.OtherFingerprints) > 0 {
 		c.text(strings.Join(r.OtherFingerprints, ","))
 	}

@@ -16,11 +16,11 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
 end
-local st, head = string.match(v, '^1([PC])(|%d+|[^|]*|[^|]*|%d+|)')
+-- One match for the state, the header to keep and, nested in it, the owner.
+local st, head, owner = string.match(v, '^1([PC])(|%d+|([^|]*)|[^|]*|%d+|)')
 if not st then
   return redis.error_reply('idem: record of an unknown format at ' .. KEYS[1])
 end
-local owner = string.match(head, '^|%d+|([^|]*)|')
 if owner ~= ARGV[1] then
   return 0
 end
