@@ -200,8 +200,13 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	if err != nil {
 		return outcome{}, err
 	}
-	a := &Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}
-	hctx, hold := g.holdLease(ctx, id, owner, claimed)
+	// The Attempt and the lease it runs under, in one allocation.
+	st := &struct {
+		a    Attempt
+		hold leaseHold
+	}{a: Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}}
+	a, hold := &st.a, &st.hold
+	hctx := g.holdLease(ctx, hold, id, owner, claimed)
 	finished := false
 	defer func() {
 		if !finished { // fn panicked or called runtime.Goexit

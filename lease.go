@@ -9,21 +9,20 @@ import (
 )
 
 // holdLease keeps the lease on id while the function runs, renewing it every
-// lease/3. The returned context is cancelled with cause ErrLeaseLost when a
-// renewal finds the lease taken, or when the lease could not be renewed
-// before it would have expired: the holder measures the lease locally from
-// the moment the claim (or the last successful renewal) was sent, less a
-// margin of a tenth. That deadline holds even while a renewal hangs on an
-// unresponsive server. stop ends the heartbeat and returns once no renewal
-// is in flight.
-func (g *Guard) holdLease(ctx context.Context, id, owner string, claimed time.Time) (hctx context.Context, h *leaseHold) {
-	h = &leaseHold{g: g, ctx: ctx, id: id, owner: owner, claimed: claimed, quit: make(chan struct{})}
+// lease/3, with h, which stop ends. The returned context is cancelled with
+// cause ErrLeaseLost when a renewal finds the lease taken, or when the lease
+// could not be renewed before it would have expired: the holder measures
+// the lease locally from the moment the claim (or the last successful
+// renewal) was sent, less a margin of a tenth. That deadline holds even
+// while a renewal hangs on an unresponsive server.
+func (g *Guard) holdLease(ctx context.Context, h *leaseHold, id, owner string, claimed time.Time) (hctx context.Context) {
+	*h = leaseHold{g: g, ctx: ctx, id: id, owner: owner, claimed: claimed}
 	hctx, h.cancel = context.WithCancelCause(ctx)
 	// Most functions finish within lease/3: the heartbeat goroutine starts
 	// only when the first renewal is due, so they pay for one timer.
 	h.running.Add(1)
 	h.first = time.AfterFunc(time.Until(claimed.Add(g.lease/3)), h.run)
-	return hctx, h
+	return hctx
 }
 
 // leaseHold is a lease held while fn runs; see holdLease.
@@ -33,13 +32,22 @@ type leaseHold struct {
 	cancel    context.CancelCauseFunc
 	id, owner string
 	claimed   time.Time
-	first     *time.Timer // starts the heartbeat
-	quit      chan struct{}
+	first     *time.Timer    // starts the heartbeat
 	running   sync.WaitGroup // the heartbeat, until it returns
+	mu        sync.Mutex     // guards quit and stopped
+	quit      chan struct{}  // made when the heartbeat starts, closed by stop
+	stopped   bool
 }
 
 func (h *leaseHold) run() {
 	defer h.running.Done()
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.quit = make(chan struct{})
+	h.mu.Unlock()
 	h.g.heartbeat(h.ctx, h.cancel, h.quit, h.id, h.owner, h.claimed)
 }
 
@@ -48,7 +56,12 @@ func (h *leaseHold) stop() {
 	if h.first.Stop() {
 		h.running.Done() // the heartbeat never started
 	} else {
-		close(h.quit)
+		h.mu.Lock()
+		h.stopped = true
+		if h.quit != nil {
+			close(h.quit)
+		}
+		h.mu.Unlock()
 		h.running.Wait()
 	}
 	h.cancel(nil)
