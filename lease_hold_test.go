@@ -1,0 +1,81 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// beatStore records when each renewal was sent.
+type beatStore struct {
+	Store
+	mu    sync.Mutex
+	beats []time.Time
+	first chan struct{} // closed at the first renewal
+	once  sync.Once
+}
+
+func (s *beatStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	s.mu.Lock()
+	s.beats = append(s.beats, time.Now())
+	s.mu.Unlock()
+	s.once.Do(func() { close(s.first) })
+	return s.Store.Heartbeat(ctx, id, owner, lease)
+}
+
+func newBeatGuard(t *testing.T, lease time.Duration) (*Guard, *beatStore) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	st := &beatStore{Store: NewRedisStore(c), first: make(chan struct{})}
+	return New(st, WithLease(lease)), st
+}
+
+// TestHeartbeatStartsWhenDue: functions that finish before their first
+// renewal is due never renew; one that runs on gets its first renewal no
+// earlier than lease/4 after its claim was sent (lease/3 by its timer), and
+// keeps its lease.
+func TestHeartbeatStartsWhenDue(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	g, st := newBeatGuard(t, lease)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := Do(ctx, g, "short-"+string(rune('a'+i%26))+string(rune('a'+i/26)), nil, func(context.Context, *Attempt) (int, error) { return i, nil })
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	st.mu.Lock()
+	if n := len(st.beats); n != 0 {
+		t.Fatalf("short functions renewed %d times", n)
+	}
+	st.mu.Unlock()
+
+	start := time.Now() // before the claim is sent
+	_, err := Do(ctx, g, "long", nil, func(ctx context.Context, a *Attempt) (int, error) {
+		select {
+		case <-st.first:
+		case <-time.After(5 * lease):
+			t.Error("no renewal within 5 leases")
+		}
+		return 1, context.Cause(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if got := st.beats[0].Sub(start); got < lease/4 {
+		t.Fatalf("first renewal %v after the claim, before lease/4", got)
+	}
+}
