@@ -21,8 +21,8 @@ import (
 )
 
 // TestLuaCPU measures redis-server's CPU per operation (INFO cpu, user +
-// sys) for the scripts in ../lua against the scripts before issue 11
-// (testdata/lua-v0), the smallest scripts that could do the job, and plain
+// sys) for the scripts in ../lua against their previous version
+// (testdata/lua-v0: a claim that called TIME and read the whole header), the smallest scripts that could do the job, and plain
 // commands: a fresh operation (claim on a new key, then complete) and a
 // replay (claim on a completed record). The variants alternate round by
 // round on one dedicated server, 16 clients on loopback, so that every
