@@ -42,15 +42,21 @@ func WithReplicaAck(n int, timeout time.Duration) RedisOption {
 // in cmd either way.
 func (s *RedisStore) eval(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, ackErr error) {
 	if s.replicas == 0 {
-		cmd = c.cmd(ctx, false)
-		_ = s.c.Process(ctx, cmd)
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmd = c.cmd(ctx, true)
-			_ = s.c.Process(ctx, cmd)
-		}
-		return cmd, nil
+		return s.run(ctx, c), nil
 	}
 	return s.evalAcked(ctx, c)
+}
+
+// run runs the call alone, without WAIT; a NOSCRIPT reply sends the script
+// again with EVAL.
+func (s *RedisStore) run(ctx context.Context, c *scriptCall) *redis.Cmd {
+	cmd := c.cmd(ctx, false)
+	_ = s.c.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = c.cmd(ctx, true)
+		_ = s.c.Process(ctx, cmd)
+	}
+	return cmd
 }
 
 // evalAcked runs the call with WAIT behind it; see eval.

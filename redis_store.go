@@ -277,8 +277,7 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	}
 	c := s.call(releaseScript, id, true, true)
 	c.text(owner)
-	cmd, _ := s.eval(ctx, c)
-	return owned(cmd.Int64())
+	return owned(s.run(ctx, c).Int64())
 }
 
 // Read implements StoreReader: Inspect's record, nil when there is none.

@@ -133,3 +133,43 @@ func TestReplicaAckRenewals(t *testing.T) {
 	require.ErrorIs(t, err, idem.ErrLeaseLost)
 	require.Less(t, time.Since(start), lease+time.Second)
 }
+
+// waitCounter counts WAIT commands, alone or in a pipeline.
+type waitCounter struct{ n atomic.Int32 }
+
+func (h *waitCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *waitCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "wait" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *waitCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "wait" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestReplicaAckReleaseDoesNotWait: a release is never waited for (a
+// release a failover forgets only keeps the key claimed until its lease
+// runs out), so with WithReplicaAck it sends no WAIT and does not pay the
+// replicas' delay; here, on a server without replicas, a WAIT would block
+// for the whole ack timeout.
+func TestReplicaAckReleaseDoesNotWait(t *testing.T) {
+	c := redistest.Shared(t).Client(t)
+	h := &waitCounter{}
+	c.AddHook(h)
+	st := idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t)), idem.WithReplicaAck(1, 2*time.Second))
+	start := time.Now()
+	err := st.Release(context.Background(), "no-such-operation", "owner")
+	require.ErrorIs(t, err, idem.ErrLeaseLost) // nothing to release
+	require.Zero(t, h.n.Load(), "release sent WAIT")
+	require.Less(t, time.Since(start), time.Second)
+}
