@@ -112,7 +112,7 @@ func encodeResult(v any, ferr error) ([]byte, error) {
 	case string:
 		return append([]byte{payloadString}, raw...), nil
 	}
-	e := requestEncoders.Get().(*requestEncoder)
+	e := jsonEncoders.Get().(*jsonEncoder)
 	defer e.done()
 	e.buf.WriteByte(payloadValue)
 	if err := e.enc.Encode(v); err != nil {

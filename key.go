@@ -40,7 +40,7 @@ func fingerprint(b []byte) string {
 // requestFingerprint fingerprints req's canonical JSON: object keys sorted,
 // no insignificant whitespace, numbers as encoded.
 func requestFingerprint(req any) (string, error) {
-	e := requestEncoders.Get().(*requestEncoder)
+	e := jsonEncoders.Get().(*jsonEncoder)
 	defer e.done()
 	if err := e.enc.Encode(req); err != nil {
 		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
@@ -58,24 +58,24 @@ func requestFingerprint(req any) (string, error) {
 	return fingerprint(b), nil
 }
 
-// requestEncoder encodes requests and results into a buffer reused across
+// jsonEncoder encodes requests and results into a buffer reused across
 // calls.
-type requestEncoder struct {
+type jsonEncoder struct {
 	buf bytes.Buffer
 	enc *json.Encoder
 }
 
-var requestEncoders = sync.Pool{New: func() any {
-	e := new(requestEncoder)
+var jsonEncoders = sync.Pool{New: func() any {
+	e := new(jsonEncoder)
 	e.enc = json.NewEncoder(&e.buf)
 	return e
 }}
 
-// done returns e to the pool, unless a large request grew its buffer.
-func (e *requestEncoder) done() {
+// done returns e to the pool, unless a large value grew its buffer.
+func (e *jsonEncoder) done() {
 	if e.buf.Cap() <= maxPooledBuffer {
 		e.buf.Reset()
-		requestEncoders.Put(e)
+		jsonEncoders.Put(e)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // renewal) was sent, less a margin of a tenth. That deadline holds even
 // while a renewal hangs on an unresponsive server.
 func (g *Guard) holdLease(ctx context.Context, h *leaseHold, id, owner string, claimed time.Time) (hctx context.Context) {
-	*h = leaseHold{g: g, ctx: ctx, id: id, owner: owner, claimed: claimed}
+	*h = leaseHold{g: g, ctx: ctx, id: id, owner: owner, claimed: claimed, quit: make(chan struct{})}
 	hctx, h.cancel = context.WithCancelCause(ctx)
 	// Most functions finish within lease/3: the heartbeat goroutine starts
 	// only when the first renewal is due, so they pay for one timer.
@@ -32,22 +32,13 @@ type leaseHold struct {
 	cancel    context.CancelCauseFunc
 	id, owner string
 	claimed   time.Time
-	first     *time.Timer    // starts the heartbeat
+	first     *time.Timer // starts the heartbeat
+	quit      chan struct{}
 	running   sync.WaitGroup // the heartbeat, until it returns
-	mu        sync.Mutex     // guards quit and stopped
-	quit      chan struct{}  // made when the heartbeat starts, closed by stop
-	stopped   bool
 }
 
 func (h *leaseHold) run() {
 	defer h.running.Done()
-	h.mu.Lock()
-	if h.stopped {
-		h.mu.Unlock()
-		return
-	}
-	h.quit = make(chan struct{})
-	h.mu.Unlock()
 	h.g.heartbeat(h.ctx, h.cancel, h.quit, h.id, h.owner, h.claimed)
 }
 
@@ -56,12 +47,7 @@ func (h *leaseHold) stop() {
 	if h.first.Stop() {
 		h.running.Done() // the heartbeat never started
 	} else {
-		h.mu.Lock()
-		h.stopped = true
-		if h.quit != nil {
-			close(h.quit)
-		}
-		h.mu.Unlock()
+		close(h.quit)
 		h.running.Wait()
 	}
 	h.cancel(nil)
