@@ -21,12 +21,14 @@ import (
 )
 
 // TestLuaCPU measures redis-server's CPU per operation (INFO cpu, user +
-// sys) for the scripts in ../lua against their previous version
-// (testdata/lua-v0: a claim that called TIME and read the whole header), the smallest scripts that could do the job, and plain
-// commands: a fresh operation (claim on a new key, then complete) and a
-// replay (claim on a completed record). The variants alternate round by
-// round on one dedicated server, 16 clients on loopback, so that every
-// variant sees the same machine. Opt in, it takes about a minute:
+// sys) for the scripts in ../lua against the smallest scripts that could do
+// the job (the reference of the differences), plain commands and, on
+// request, other versions of the scripts (an earlier commit's lua/, checked
+// out with git worktree): a fresh operation (claim on a new key, then
+// complete) and a replay (claim on a completed record). The variants
+// alternate round by round on one dedicated server, 16 clients on loopback,
+// so that every variant sees the same machine. Opt in, it takes about a
+// minute:
 //
 //	IDEM_LUA_CPU=1 go test -run TestLuaCPU -v .
 //
@@ -34,7 +36,7 @@ import (
 // variant per round) size the run; IDEM_LUA_CPU_PIPE=n sends the ops in
 // pipelines of n; IDEM_LUA_CPU_DIRS=name=dir,... adds script directories
 // (claim.lua and complete.lua) to compare, IDEM_LUA_CPU_ONLY=name,... keeps
-// only the variants named (v0 among them, the reference of the differences).
+// only the variants named (minimal among them).
 func TestLuaCPU(t *testing.T) {
 	if os.Getenv("IDEM_LUA_CPU") == "" {
 		t.Skip("set IDEM_LUA_CPU=1 to measure")
@@ -49,7 +51,7 @@ func TestLuaCPU(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32})
 	t.Cleanup(func() { c.Close() })
 
-	dirs := [][2]string{{"v0", "testdata/lua-v0"}, {"lua", "../lua"}}
+	dirs := [][2]string{{"lua", "../lua"}}
 	for _, d := range strings.Split(os.Getenv("IDEM_LUA_CPU_DIRS"), ",") {
 		if name, dir, ok := strings.Cut(d, "="); ok {
 			dirs = append(dirs, [2]string{name, dir})
@@ -86,7 +88,8 @@ return 1`)
 	for _, d := range dirs {
 		claim, complete := readScript(t, d[1], "claim.lua"), readScript(t, d[1], "complete.lua")
 		// A script that reads ARGV[7] (the other fingerprints) takes the
-		// creation time from the caller, in ARGV[6]; v0 calls TIME.
+		// creation time from the caller, in ARGV[6]; an older one calls
+		// TIME.
 		claimArgs := func() []any { return []any{owner, fp, 30000, 86430000, "0"} }
 		if strings.Contains(claim.src, "ARGV[7]") {
 			claimArgs = func() []any {
@@ -169,9 +172,9 @@ return 1`)
 		}
 	}
 	t.Logf("server µs per op, %d rounds × %d ops, mean ± standard error (median)", rounds, ops)
-	t.Logf("and the difference to v0, round by round")
-	t.Logf("%-10s %-24s %-24s %-24s %-24s", "variant", "fresh", "replay", "fresh-v0", "replay-v0")
-	base := slices.IndexFunc(variants, func(v luaVariant) bool { return v.name == "v0" })
+	t.Logf("and the difference to the smallest scripts, round by round")
+	t.Logf("%-10s %-24s %-24s %-24s %-24s", "variant", "fresh", "replay", "fresh-minimal", "replay-minimal")
+	base := max(slices.IndexFunc(variants, func(v luaVariant) bool { return v.name == "minimal" }), 0)
 	for i, v := range variants {
 		t.Logf("%-10s %-24s %-24s %-24s %-24s", v.name, stat(res[i].fresh), stat(res[i].replay),
 			stat(diff(res[i].fresh, res[base].fresh)), stat(diff(res[i].replay, res[base].replay)))
