@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"math"
@@ -236,17 +237,10 @@ func (r *report) memPlot() *plot.Plot {
 		base[i] = m.baseline - float64(m.body)
 		labels[i] = fmt.Sprintf("%s, %d B: %s", m.how, m.body, strings.TrimPrefix(fmtOverhead(m.overhead()), "body "))
 	}
-	bb, err1 := plotter.NewBarChart(base, vg.Points(7))
-	bc, err2 := plotter.NewBarChart(vals, vg.Points(7))
-	if err1 != nil || err2 != nil {
+	bb, bc, err := barPair(base, vals, 7, colBase, colIdem)
+	if err != nil {
 		return emptyNote(p, "no data")
 	}
-	for _, b := range []*plotter.BarChart{bb, bc} {
-		b.Horizontal = true
-		b.LineStyle.Width = 0
-	}
-	bb.Color, bc.Color = colBase, colIdem
-	bb.Offset, bc.Offset = vg.Points(-3.5), vg.Points(3.5)
 	p.Add(bb, bc)
 	p.Legend.Add("plain SET of the body (Redis floor)", bb)
 	p.Legend.Add("idem record (below 0: compressed)", bc)
@@ -289,4 +283,21 @@ func (opsTicks) Ticks(lo, hi float64) []plot.Tick {
 		ticks = append(ticks, plot.Tick{Value: v, Label: label})
 	}
 	return ticks
+}
+
+// barPair returns two horizontal bar charts of width w points drawn side
+// by side, one row per value: a in colour ca above b in colour cb.
+func barPair(a, b plotter.Values, w float64, ca, cb color.Color) (ba, bb *plotter.BarChart, err error) {
+	ba, err1 := plotter.NewBarChart(a, vg.Points(w))
+	bb, err2 := plotter.NewBarChart(b, vg.Points(w))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, nil, err
+	}
+	for _, c := range []*plotter.BarChart{ba, bb} {
+		c.Horizontal = true
+		c.LineStyle.Width = 0
+	}
+	ba.Color, bb.Color = ca, cb
+	ba.Offset, bb.Offset = vg.Points(-w/2), vg.Points(w/2)
+	return ba, bb, nil
 }

@@ -26,17 +26,10 @@ func (r *report) peersPlot() *plot.Plot {
 		name := strings.SplitN(d.goFresh[i].name, ":", 2)[0]
 		labels[i] = fmt.Sprintf("%s\nfresh %.0f RT, replay %.0f RT", name, d.goFresh[i].rtPerOp(), d.goReplay[i].rtPerOp())
 	}
-	bf, err1 := plotter.NewBarChart(fresh, vg.Points(12))
-	br, err2 := plotter.NewBarChart(replay, vg.Points(12))
-	if err1 != nil || err2 != nil {
+	bf, br, err := barPair(fresh, replay, 12, colIdem, colIdem2)
+	if err != nil {
 		return emptyNote(p, "no data")
 	}
-	for _, b := range []*plotter.BarChart{bf, br} {
-		b.Horizontal = true
-		b.LineStyle.Width = 0
-	}
-	bf.Color, br.Color = colIdem, colIdem2
-	bf.Offset, br.Offset = vg.Points(-6), vg.Points(6)
 	p.Add(bf, br)
 	p.Legend.Add("fresh keys", bf)
 	p.Legend.Add("replays", br)
