@@ -7,17 +7,18 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
 )
 
-// stackHook counts the scripts sent from the goroutine that called Do
-// (inline) and from any other (apart).
+// stackHook records, for each script sent, whether it was the completion
+// (it carries the result) and whether it was sent from the goroutine that
+// called Do.
 type stackHook struct {
-	mu            sync.Mutex
-	inline, apart int
+	mu                        sync.Mutex
+	claims, claimsApart       int
+	completes, completesApart int
 }
 
 func (h *stackHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -28,12 +29,18 @@ func (h *stackHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if strings.HasPrefix(cmd.Name(), "eval") {
 			buf := make([]byte, 64<<10)
-			stack := string(buf[:runtime.Stack(buf, false)])
+			apart := !strings.Contains(string(buf[:runtime.Stack(buf, false)]), "TestCompletionGoroutine")
+			complete := strings.Contains(cmd.String(), "the-stored-result")
 			h.mu.Lock()
-			if strings.Contains(stack, "TestCompletionGoroutine") {
-				h.inline++
-			} else {
-				h.apart++
+			switch {
+			case complete && apart:
+				h.completesApart++
+			case complete:
+				h.completes++
+			case apart:
+				h.claimsApart++
+			default:
+				h.claims++
 			}
 			h.mu.Unlock()
 		}
@@ -46,28 +53,31 @@ func (h *stackHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // sent from the caller's goroutine; with go-redis defaults it runs on a
 // goroutine of its own, which the caller stops waiting for at the timeout
 // (TestSlowCompleteIsBounded covers both timings). The claim always runs on
-// the caller's goroutine. Each script is sent twice on a fresh server
-// (EVALSHA, NOSCRIPT, EVAL).
+// the caller's goroutine.
 func TestCompletionGoroutine(t *testing.T) {
-	for _, ctxTimeout := range []bool{false, true} {
-		c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr(), ContextTimeoutEnabled: ctxTimeout})
-		t.Cleanup(func() { _ = c.Close() })
-		h := &stackHook{}
-		c.AddHook(h)
-		g := idem.New(idem.NewRedisStore(c))
-		_, err := idem.Do(context.Background(), g, "k", "req", func(ctx context.Context, a *idem.Attempt) (string, error) {
-			return "v", nil
-		})
-		if err != nil {
-			t.Fatal(err)
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		for _, ctxTimeout := range []bool{false, true} {
+			o := b.client.Options()
+			o.ContextTimeoutEnabled = ctxTimeout
+			c := redis.NewClient(o)
+			t.Cleanup(func() { _ = c.Close() })
+			h := &stackHook{}
+			c.AddHook(h)
+			g := idem.New(idem.NewRedisStore(c, idem.WithPrefix(b.prefix)))
+			_, err := idem.Do(context.Background(), g, "completion-"+map[bool]string{false: "apart", true: "inline"}[ctxTimeout], "req",
+				func(ctx context.Context, a *idem.Attempt) (string, error) { return "the-stored-result", nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.claims == 0 || h.claimsApart != 0 {
+				t.Errorf("ContextTimeoutEnabled=%v: claims sent inline/apart = %d/%d, want all inline", ctxTimeout, h.claims, h.claimsApart)
+			}
+			switch {
+			case ctxTimeout && (h.completes == 0 || h.completesApart != 0):
+				t.Errorf("ContextTimeoutEnabled: completions sent inline/apart = %d/%d, want all inline", h.completes, h.completesApart)
+			case !ctxTimeout && (h.completes != 0 || h.completesApart == 0):
+				t.Errorf("go-redis defaults: completions sent inline/apart = %d/%d, want all apart", h.completes, h.completesApart)
+			}
 		}
-		wantInline, wantApart := 2, 2
-		if ctxTimeout {
-			wantInline, wantApart = 4, 0
-		}
-		if h.inline != wantInline || h.apart != wantApart {
-			t.Errorf("ContextTimeoutEnabled=%v: scripts sent inline/apart = %d/%d, want %d/%d",
-				ctxTimeout, h.inline, h.apart, wantInline, wantApart)
-		}
-	}
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,11 +26,8 @@ func (s *beatStore) Heartbeat(ctx context.Context, id, owner string, lease time.
 	return s.Store.Heartbeat(ctx, id, owner, lease)
 }
 
-func newBeatGuard(t *testing.T, lease time.Duration) (*Guard, *beatStore) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	st := &beatStore{Store: NewRedisStore(c), first: make(chan struct{})}
+func newBeatGuard(c *redis.Client, prefix string, lease time.Duration) (*Guard, *beatStore) {
+	st := &beatStore{Store: NewRedisStore(c, WithPrefix(prefix)), first: make(chan struct{})}
 	return New(st, WithLease(lease)), st
 }
 
@@ -40,8 +36,12 @@ func newBeatGuard(t *testing.T, lease time.Duration) (*Guard, *beatStore) {
 // earlier than lease/4 after its claim was sent (lease/3 by its timer), and
 // keeps its lease.
 func TestHeartbeatStartsWhenDue(t *testing.T) {
+	forEachRawBackend(t, func(t *testing.T, b rawBackend) { testHeartbeatStartsWhenDue(t, b) })
+}
+
+func testHeartbeatStartsWhenDue(t *testing.T, b rawBackend) {
 	const lease = 600 * time.Millisecond
-	g, st := newBeatGuard(t, lease)
+	g, st := newBeatGuard(b.c, b.prefix, lease)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range 50 {

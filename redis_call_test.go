@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
@@ -35,11 +34,15 @@ func (p *printedCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 // The store hands go-redis its script arguments without boxing each one;
 // a hook still sees them as text: keys, owner token, stored payload.
 func TestScriptArgumentsPrintAsText(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	forEachBackend(t, testScriptArgumentsPrintAsText)
+}
+
+func testScriptArgumentsPrintAsText(t *testing.T, b *backend) {
+	c := redis.NewClient(b.client.Options())
 	t.Cleanup(func() { _ = c.Close() })
 	hook := &printedCommands{}
 	c.AddHook(hook)
-	st := idem.NewRedisStore(c, idem.WithPrefix("print"))
+	st := idem.NewRedisStore(c, idem.WithPrefix(b.prefix))
 	g := idem.New(st)
 	var id string
 	_, err := idem.Do(context.Background(), g, "k1", "req", func(ctx context.Context, a *idem.Attempt) (string, error) {
