@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -40,12 +41,12 @@ func (s *RedisStore) Watch(ctx context.Context, id string) (<-chan struct{}, fun
 	if err := s.usable(); err != nil {
 		return nil, nil, err
 	}
-	if err := s.canWatch(ctx); err != nil {
-		return nil, nil, err
-	}
 	ch := s.notifyChannel(id)
 	node, c, err := s.nodeFor(ctx, ch)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.canWatch(ctx, c, ch); err != nil {
 		return nil, nil, err
 	}
 	s.subsMu.Lock()
@@ -87,28 +88,82 @@ func (s *RedisStore) Watch(ctx context.Context, id string) (<-chan struct{}, fun
 	}
 }
 
-// errNoShardedPubSub reports a server without sharded Pub/Sub.
-var errNoShardedPubSub = errors.New("idem: the server has no sharded Pub/Sub (Redis 7.0)")
+// errNoPubSub reports a server, or a user, without sharded Pub/Sub.
+var errNoPubSub = errors.New("idem: sharded Pub/Sub is not available (Redis 7.0, and the ACL channels of the prefix); waiters poll")
 
-// canWatch asks the server once whether it has sharded Pub/Sub (an
-// embedded test server may not), so that waiters on such a server poll
-// without trying to subscribe each time.
-func (s *RedisStore) canWatch(ctx context.Context) error {
+// canWatch finds out once whether waiters can subscribe: it subscribes to
+// ch on a connection of its own and reads the answer. A server without
+// sharded Pub/Sub (an embedded test server) or a user refused the channel
+// (ACL) makes every waiter poll from then on, without trying to subscribe
+// each time; the refusal is logged once.
+func (s *RedisStore) canWatch(ctx context.Context, c redis.UniversalClient, ch string) error {
 	switch s.watchable.Load() {
 	case 1:
 		return nil
 	case 2:
-		return errNoShardedPubSub
+		return errNoPubSub
 	}
-	err := s.c.Do(ctx, "PUBSUB", "SHARDNUMSUB").Err()
+	err := probeSubscribe(ctx, c, ch)
+	var rerr redis.Error
 	switch {
 	case err == nil:
 		s.watchable.Store(1)
-	case ctx.Err() == nil && redis.HasErrorPrefix(err, "ERR"):
+		return nil
+	case errors.As(err, &rerr):
 		s.watchable.Store(2)
-		return errNoShardedPubSub
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			s.notifyRefused(ctx, err)
+		}
+		return errNoPubSub
 	}
 	return err
+}
+
+// probeSubscribe subscribes to ch on a connection of its own and returns
+// the server's answer: nil when the subscription is confirmed, the server's
+// error reply when it is refused.
+func probeSubscribe(ctx context.Context, c redis.UniversalClient, ch string) error {
+	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	defer cancel()
+	ps := c.SSubscribe(ctx)
+	defer ps.Close()
+	if err := ps.SSubscribe(ctx, ch); err != nil {
+		return err
+	}
+	m, err := ps.Receive(ctx)
+	if err != nil {
+		return err
+	}
+	if sub, ok := m.(*redis.Subscription); !ok || sub.Kind != "ssubscribe" {
+		return fmt.Errorf("idem: unexpected answer to SSUBSCRIBE: %v", m)
+	}
+	return nil
+}
+
+// notifyRefused logs, once per store, that the server refuses idem's
+// notifications to waiting duplicates, which then poll.
+func (s *RedisStore) notifyRefused(ctx context.Context, why error) {
+	s.watchable.Store(2)
+	if s.warnedNotify.Swap(true) {
+		return
+	}
+	s.log.WarnContext(ctx, "idem: the Redis user may not use the sharded channels "+s.prefix+":* (ACL &"+s.prefix+":*, +spublish, +ssubscribe); results are stored, but waiting duplicates poll instead of being notified",
+		"event", "notify_refused", "err", why)
+}
+
+// errPublishRefused is why notifyRefused is called for a script whose
+// publish the server refused.
+var errPublishRefused = errors.New("idem: SPUBLISH refused in a script")
+
+// published maps the reply of complete.lua and release.lua to nil or
+// ErrLeaseLost, as owned does; their reply 2 (done, but the server refused
+// to publish the waiters' notification) is done, and warns once.
+func (s *RedisStore) published(ctx context.Context, n int64, err error) error {
+	if err == nil && n == 2 {
+		s.notifyRefused(ctx, errPublishRefused)
+		n = 1
+	}
+	return owned(n, err)
 }
 
 // nodeFor returns the client of the node serving channel ch, and a name

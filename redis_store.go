@@ -52,9 +52,10 @@ type RedisStore struct {
 	bad           error    // a client the store cannot work with
 	errs          []string // malformed options, for NewRedisStore's panic
 
-	watchable atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
-	subsMu    sync.Mutex             // guards subs
-	subs      map[string]*subscriber // Pub/Sub connections of waiters, by node
+	watchable    atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
+	warnedNotify atomic.Bool            // notifyRefused has logged
+	subsMu       sync.Mutex             // guards subs
+	subs         map[string]*subscriber // Pub/Sub connections of waiters, by node
 }
 
 var (
@@ -266,7 +267,8 @@ func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []b
 	c.arg(ms(retention))
 	c.text(format)
 	cmd, ackErr := s.eval(ctx, c)
-	return acked(owned(cmd.Int64()), ackErr)
+	n, err := cmd.Int64()
+	return acked(s.published(ctx, n, err), ackErr)
 }
 
 // Release implements Store. A release is never waited for: a release that a
@@ -277,7 +279,8 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	}
 	c := s.call(releaseScript, id, true, true)
 	c.text(owner)
-	return owned(s.run(ctx, c).Int64())
+	n, err := s.run(ctx, c).Int64()
+	return s.published(ctx, n, err)
 }
 
 // Read implements StoreReader: Inspect's record, nil when there is none.

@@ -11,7 +11,8 @@
 -- Publishes on the channel KEYS[1]..":n" (SPUBLISH) when it completes the record.
 --
 -- Returns 1 when the record is completed by the caller (also when it already was: a
--- re-sent complete), 0 when the caller does not own the record or it is gone.
+-- re-sent complete), 2 when it completed it but the server refused the publish (an ACL
+-- user without the channel), 0 when the caller does not own the record or it is gone.
 local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
@@ -33,9 +34,12 @@ redis.call('SET', KEYS[1], '1C' .. head .. ARGV[4] .. ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
 -- Wake the waiters (sharded Pub/Sub, on the record's shard). SPUBLISH came
 -- with Redis 7.0, as REDIS_VERSION_NUM did; a server without it (an embedded
--- test server) has no subscribers either. (redis.pcall would cost a quarter
--- of the script's CPU.)
+-- test server) has no subscribers either. A refused publish must not undo
+-- the completion in the caller's eyes: it is reported, and waiters poll.
 if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
-  redis.call('SPUBLISH', KEYS[1] .. ':n', '1')
+  local r = redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
+  if type(r) == 'table' and r.err then
+    return 2
+  end
 end
 return 1

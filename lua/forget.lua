@@ -5,6 +5,9 @@
 -- KEYS[2]  lease key
 -- ARGV[1]  "1" to delete even under a live lease
 --
+-- Publishes on the channel KEYS[1]..":n" (SPUBLISH) when it deletes anything, so that
+-- waiters claim the key at once; a refused publish (see complete.lua) changes nothing.
+--
 -- Returns {n, 0}     n keys deleted: 0 when there was nothing, 1 or 2 otherwise
 --         {-1, pttl} refused: a live lease holds the operation for pttl more
 --                    milliseconds (-1: a lease without a TTL, which idem never writes)
@@ -12,4 +15,8 @@ local ttl = redis.call('PTTL', KEYS[2])
 if ARGV[1] ~= '1' and (ttl > 0 or ttl == -1) then
   return {-1, ttl}
 end
-return {redis.call('DEL', KEYS[1], KEYS[2]), 0}
+local n = redis.call('DEL', KEYS[1], KEYS[2])
+if n > 0 and (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+  redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
+end
+return {n, 0}

@@ -8,7 +8,8 @@
 -- Publishes on the channel KEYS[1]..":n" (SPUBLISH) when it drops the lease.
 --
 -- Returns 1 when the claim is released (also when it already was: a re-sent release),
--- 0 when the caller does not own the record, or it is completed or gone.
+-- 2 when it released it but the server refused the publish (see complete.lua), 0 when
+-- the caller does not own the record, or it is completed or gone.
 local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
@@ -24,7 +25,10 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   -- Wake the waiters: one of them takes the key over (see complete.lua).
   if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
-    redis.call('SPUBLISH', KEYS[1] .. ':n', '1')
+    local r = redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
+    if type(r) == 'table' and r.err then
+      return 2
+    end
   end
 end
 return 1
