@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisinfo"
 )
 
 // server is what check reports of one server.
@@ -78,7 +78,7 @@ func describe(ctx context.Context, c *redis.Client, name string) (*server, error
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: name, info: parseInfo(text), save: "?"}
+	s := &server{name: name, info: redisinfo.Parse(text), save: "?"}
 	if cfg, err := c.ConfigGet(ctx, "save").Result(); err == nil {
 		s.save = cfg["save"]
 	}
@@ -101,11 +101,8 @@ func describe(ctx context.Context, c *redis.Client, name string) (*server, error
 
 func (s *server) print(w io.Writer) {
 	in := s.info
-	mode := in["redis_mode"]
-	if mode == "" {
-		mode = "standalone"
-	}
-	fmt.Fprintf(w, "%s: Redis %s, %s, %s\n", s.name, in["redis_version"], mode, in["role"])
+	srv := redisinfo.ServerOf(in)
+	fmt.Fprintf(w, "%s: %s, %s, %s\n", s.name, srv, srv.Mode, in["role"])
 	limit := "no maxmemory"
 	if in["maxmemory"] != "" && in["maxmemory"] != "0" {
 		limit = "maxmemory " + in["maxmemory_human"]
@@ -130,18 +127,6 @@ func replicas(info map[string]string) string {
 		list = append(list, fmt.Sprintf("%s:%s %s, lag %ss", f["ip"], f["port"], f["state"], f["lag"]))
 	}
 	return fmt.Sprintf("%d (%s); without idem.WithReplicaAck a failover can lose the last claims and results", n, strings.Join(list, "; "))
-}
-
-// parseInfo parses an INFO reply into its fields.
-func parseInfo(text string) map[string]string {
-	m := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":"); ok && !strings.HasPrefix(k, "#") {
-			m[k] = v
-		}
-	}
-	return m
 }
 
 // fields parses "ip=127.0.0.1,port=6380,state=online".

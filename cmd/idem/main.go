@@ -21,8 +21,8 @@
 //
 // scan samples the records under the prefix with SCAN (never KEYS) and
 // reports their count by state and the distribution of their memory and TTL.
-// check reports the Redis version, eviction policy, persistence and replicas
-// of every server, and fails for a server idem cannot use.
+// check reports every server's name (Redis, Valkey) and version, eviction
+// policy, persistence and replicas, and fails for a server idem cannot use.
 //
 // URL is one of
 //
