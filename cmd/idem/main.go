@@ -1,10 +1,10 @@
 // Command idem inspects and clears the records that idem keeps in Redis, and
 // checks a Redis server for idem.
 //
-//	idem inspect -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
-//	idem forget  -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
-//	idem scan    -redis URL [-prefix P] [-sample N] [-json]
-//	idem check   -redis URL [-strict]
+//	idem inspect -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+//	idem forget  -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+//	idem scan    -redis URL [-timeout D] [-prefix P] [-sample N] [-json]
+//	idem check   -redis URL [-timeout D] [-strict]
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -13,7 +13,9 @@
 // application received it (for http, bare or quoted as in the header); -kind
 // says which API ran it (Do: do, the default; Guard.Once: once; the HTTP
 // middleware: http) and -scope, for http, the value of the middleware's
-// WithScope for the request.
+// WithScope for the request. When the operation is absent, inspect looks the
+// key up under the other kinds (and http without a scope) and prints a hint:
+// where it found a record, or that a -scope may be missing.
 //
 // forget deletes an operation's record and lease so that its key runs again
 // as new; it changes nothing without -yes, and refuses while a live lease
@@ -36,7 +38,8 @@
 // Sentinels. For Redis Cluster, the hosts are any of its nodes. The options
 // are go-redis's URL options (dial_timeout=3s, read_timeout=5s, ...); the
 // rediss+sentinel and rediss+cluster schemes use TLS. Without -redis, the
-// URL is taken from the REDIS_URL environment variable.
+// URL is taken from the REDIS_URL environment variable. -timeout D (default
+// 10s) bounds a command, connecting included.
 //
 // Exit status: 0 on success, 1 when the command failed (the reason is one
 // line on standard error), 2 for a usage error.
@@ -76,10 +79,10 @@ const (
 var errUsage = errors.New("usage")
 
 const usage = `usage:
-  idem inspect -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
-  idem forget  -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
-  idem scan    -redis URL [-prefix P] [-sample N] [-json]
-  idem check   -redis URL [-strict]
+  idem inspect -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+  idem forget  -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+  idem scan    -redis URL [-timeout D] [-prefix P] [-sample N] [-json]
+  idem check   -redis URL [-timeout D] [-strict]
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
 `
@@ -143,7 +146,7 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis+sentinel:// or redis+cluster:// (default $REDIS_URL)")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up after this long")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up after `D`, a duration such as 30s or 2m")
 }
 
 // execute connects to Redis and runs cmd within the timeout.
