@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,8 +20,8 @@ import (
 // server is what check reports of one server.
 type server struct {
 	name        string
-	info        map[string]string // INFO server, replication, persistence, memory
-	save        string            // CONFIG GET save; "?" when CONFIG is not available
+	info        map[string]string // INFO server, replication, persistence, memory; nil when refused
+	save        string            // CONFIG GET save; "?" when CONFIG is refused
 	persistence string
 	warnings    []string
 }
@@ -72,35 +73,80 @@ func check(ctx context.Context, e *env, strict bool) error {
 	return nil
 }
 
-// describe reads one server's INFO and persistence settings.
+// describe reads one server's INFO and persistence settings. A server that
+// refuses INFO or CONFIG (an ACL user without them, a managed service) is
+// described as far as the rest allows, with a warning naming what was not
+// verified and how to verify it by hand.
 func describe(ctx context.Context, c *redis.Client, name string) (*server, error) {
+	s := &server{name: name, save: "?"}
 	text, err := c.Info(ctx, "server", "replication", "persistence", "memory").Result()
-	if err != nil {
+	switch {
+	case refused(err):
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: INFO refused (%s): server version, eviction policy, persistence and replicas not verified; "+
+			"verify by hand: INFO server, memory, persistence and replication as an admin user, or the provider's console", name, reply(err)))
+	case err != nil:
 		return nil, err
+	default:
+		s.info = redisinfo.Parse(text)
 	}
-	s := &server{name: name, info: redisinfo.Parse(text), save: "?"}
-	if cfg, err := c.ConfigGet(ctx, "save").Result(); err == nil {
+	cfg, err := c.ConfigGet(ctx, "save").Result()
+	switch {
+	case refused(err):
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: CONFIG refused (%s): RDB snapshots not verified; "+
+			"verify by hand: CONFIG GET save as an admin user, or the provider's persistence settings", name, reply(err)))
+	case err != nil:
+		return nil, err
+	default:
 		s.save = cfg["save"]
 	}
+	s.describePersistence()
+	return s, nil
+}
+
+// refused reports whether err is the server's refusal of a command (an
+// error reply: NOPERM, unknown command), not a failure to reach it.
+func refused(err error) bool {
+	var r redis.Error
+	return errors.As(err, &r)
+}
+
+// reply returns an error reply on one line, without trailing blanks.
+func reply(err error) string {
+	return strings.TrimSpace(strings.ReplaceAll(err.Error(), "\n", " "))
+}
+
+// describePersistence sets s.persistence from AOF (INFO) and RDB (CONFIG)
+// and warns when there is none.
+func (s *server) describePersistence() {
 	aof := s.info["aof_enabled"] == "1"
 	switch {
+	case s.info == nil && s.save == "?":
+		s.persistence = "not verified (INFO and CONFIG refused)"
+	case s.info == nil:
+		s.persistence = fmt.Sprintf("AOF not verified (INFO refused), RDB snapshots: save %q", s.save)
 	case aof && s.save != "" && s.save != "?":
 		s.persistence = fmt.Sprintf("AOF on, RDB snapshots (save %q)", s.save)
 	case aof:
 		s.persistence = "AOF on"
 	case s.save == "":
 		s.persistence = "none (AOF off, no RDB snapshots)"
-		s.warnings = append(s.warnings, name+": no persistence: a restart forgets every claim and stored result, and the keys run again")
+		s.warnings = append(s.warnings, s.name+": no persistence: a restart forgets every claim and stored result, and the keys run again")
 	case s.save == "?":
-		s.persistence = "AOF off, RDB snapshots unknown (CONFIG GET not allowed)"
+		s.persistence = "AOF off, RDB snapshots not verified (CONFIG refused)"
 	default:
 		s.persistence = fmt.Sprintf("AOF off, RDB snapshots only (save %q): a restart loses the writes since the last one", s.save)
 	}
-	return s, nil
 }
 
 func (s *server) print(w io.Writer) {
 	in := s.info
+	if in == nil {
+		fmt.Fprintf(w, "%s: version, mode and role not verified (INFO refused)\n", s.name)
+		fmt.Fprintf(w, "  %-12s %s\n", "eviction", "not verified (INFO refused)")
+		fmt.Fprintf(w, "  %-12s %s\n", "persistence", s.persistence)
+		fmt.Fprintf(w, "  %-12s %s\n", "replicas", "not verified (INFO refused)")
+		return
+	}
 	srv := redisinfo.ServerOf(in)
 	fmt.Fprintf(w, "%s: %s, %s, %s\n", s.name, srv, srv.Mode, in["role"])
 	limit := "no maxmemory"

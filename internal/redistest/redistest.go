@@ -62,6 +62,17 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// WithoutCommands disables commands as managed Redis services do, with
+// rename-command NAME "": WithoutCommands("CONFIG") starts a server that
+// answers CONFIG with "unknown command".
+func WithoutCommands(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.args = append(c.args, "--rename-command", n, "")
+		}
+	}
+}
+
 // A Server is a redis-server process listening on 127.0.0.1. Its methods
 // may be called from any goroutine.
 type Server struct {
