@@ -1,10 +1,10 @@
 // Command idem inspects and clears the records that idem keeps in Redis, and
 // checks a Redis server for idem.
 //
-//	idem inspect -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
-//	idem forget  -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
-//	idem scan    -redis URL [-timeout D] [-prefix P] [-sample N] [-json]
-//	idem check   -redis URL [-timeout D] [-strict]
+//	idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+//	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+//	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
+//	idem check   -redis URL [-cacert FILE] [-timeout D] [-strict]
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -41,12 +41,19 @@
 // URL is taken from the REDIS_URL environment variable. -timeout D (default
 // 10s) bounds a command, connecting included.
 //
+// A TLS URL trusts the system's CAs (on Unix, SSL_CERT_FILE names a file of
+// them instead); -cacert FILE names the PEM file of the CA that signed the
+// servers' certificates. Connecting and the TLS handshake are bounded by the
+// dial timeout (3s unless the URL's dial_timeout says otherwise); a server
+// whose certificate is not trusted is a one-line error that says so.
+//
 // Exit status: 0 on success, 1 when the command failed (the reason is one
 // line on standard error), 2 for a usage error.
 package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,11 +86,12 @@ const (
 var errUsage = errors.New("usage")
 
 const usage = `usage:
-  idem inspect -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
-  idem forget  -redis URL [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
-  idem scan    -redis URL [-timeout D] [-prefix P] [-sample N] [-json]
-  idem check   -redis URL [-timeout D] [-strict]
+  idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+  idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+  idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
+  idem check   -redis URL [-cacert FILE] [-timeout D] [-strict]
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
+     (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
 `
 
@@ -141,11 +149,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // commonFlags are the flags every command has.
 type commonFlags struct {
 	redisURL string
+	caCert   string
 	timeout  time.Duration
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis+sentinel:// or redis+cluster:// (default $REDIS_URL)")
+	fs.StringVar(&c.caCert, "cacert", "", "PEM `FILE` of the CA that signed the server's certificate, for rediss:// (default: the system's CAs, or $SSL_CERT_FILE)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up after `D`, a duration such as 30s or 2m")
 }
 
@@ -157,7 +167,17 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 	if c.redisURL == "" {
 		return usageError(e, "no Redis: pass -redis URL or set REDIS_URL")
 	}
-	client, target, err := connect(c.redisURL)
+	var roots *x509.CertPool
+	if c.caCert != "" {
+		if !tlsScheme(c.redisURL) {
+			return usageError(e, "-cacert applies to TLS URLs only (rediss://, rediss+sentinel://, rediss+cluster://)")
+		}
+		var err error
+		if roots, err = loadCACert(c.caCert); err != nil {
+			return usageError(e, "-cacert: "+err.Error())
+		}
+	}
+	client, target, err := connect(c.redisURL, roots)
 	if err != nil {
 		return usageError(e, "-redis: "+err.Error())
 	}
@@ -168,7 +188,7 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	err = cmd.run(ctx, e)
+	err = explainTLS(cmd.run(ctx, e), c.redisURL)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, errUsage) {
 		return fmt.Errorf("%s: no answer within %v (-timeout): %w", target, c.timeout, err)
 	}

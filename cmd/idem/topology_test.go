@@ -121,7 +121,7 @@ func TestConnect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
-			c, target, err := connect(tt.url)
+			c, target, err := connect(tt.url, nil)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
 			require.Equal(t, tt.target, target)
