@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -12,6 +13,12 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redistest"
 )
+
+// serverLine matches the line check prints for the server at addr: its
+// name and version (Redis 7 or newer; Valkey, which also passes for Redis).
+func serverLine(addr string) string {
+	return `(?m)^` + regexp.QuoteMeta(addr) + `: (Redis [7-9]|Redis \d\d|Valkey \d+)\.`
+}
 
 // TestServerPrint: a server is named by its own name and version, and its
 // mode read from server_mode when redis_mode is absent (Valkey 8).
@@ -48,8 +55,8 @@ func TestCheckWithoutConfig(t *testing.T) {
 	addr := srv.Addr()
 	code, out, errOut := cli(t, "check", "-redis", "redis://"+addr)
 	require.Equal(t, exitOK, code, errOut)
+	require.Regexp(t, serverLine(addr), out)
 	for _, want := range []string{
-		addr + ": Redis 7.",
 		"maxmemory-policy noeviction",
 		"persistence  AOF off, RDB snapshots not verified (CONFIG refused)",
 		"warning: " + addr + ": CONFIG refused (ERR unknown command 'config'",

@@ -24,7 +24,7 @@ func TestTLS(t *testing.T) {
 
 	code, out, errOut := cli(t, "check", "-redis", url, "-cacert", ca.File)
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, srv.Addr()+": Redis 7.")
+	require.Regexp(t, serverLine(srv.Addr()), out)
 	require.Contains(t, out, "ok: idem can use "+srv.Addr())
 
 	in := inspectJSON(t, "-redis", url, "-cacert", ca.File, "-prefix", s.prefix, "paid")
