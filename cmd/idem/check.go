@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,13 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisinfo"
 )
 
 // server is what check reports of one server.
 type server struct {
 	name        string
-	info        map[string]string // INFO server, replication, persistence, memory
-	save        string            // CONFIG GET save; "?" when CONFIG is not available
+	info        map[string]string // INFO server, replication, persistence, memory; nil when refused
+	save        string            // CONFIG GET save; "?" when CONFIG is refused
 	persistence string
 	warnings    []string
 }
@@ -72,40 +73,82 @@ func check(ctx context.Context, e *env, strict bool) error {
 	return nil
 }
 
-// describe reads one server's INFO and persistence settings.
+// describe reads one server's INFO and persistence settings. A server that
+// refuses INFO or CONFIG (an ACL user without them, a managed service) is
+// described as far as the rest allows, with a warning naming what was not
+// verified and how to verify it by hand.
 func describe(ctx context.Context, c *redis.Client, name string) (*server, error) {
+	s := &server{name: name, save: "?"}
 	text, err := c.Info(ctx, "server", "replication", "persistence", "memory").Result()
-	if err != nil {
+	switch {
+	case refused(err):
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: INFO refused (%s): server version, eviction policy, persistence and replicas not verified; "+
+			"verify by hand: INFO server, memory, persistence and replication as an admin user, or the provider's console", name, reply(err)))
+	case err != nil:
 		return nil, err
+	default:
+		s.info = redisinfo.Parse(text)
 	}
-	s := &server{name: name, info: parseInfo(text), save: "?"}
-	if cfg, err := c.ConfigGet(ctx, "save").Result(); err == nil {
+	cfg, err := c.ConfigGet(ctx, "save").Result()
+	switch {
+	case refused(err):
+		s.warnings = append(s.warnings, fmt.Sprintf("%s: CONFIG refused (%s): RDB snapshots not verified; "+
+			"verify by hand: CONFIG GET save as an admin user, or the provider's persistence settings", name, reply(err)))
+	case err != nil:
+		return nil, err
+	default:
 		s.save = cfg["save"]
 	}
+	s.describePersistence()
+	return s, nil
+}
+
+// refused reports whether err is the server's refusal of a command (an
+// error reply: NOPERM, unknown command), not a failure to reach it.
+func refused(err error) bool {
+	var r redis.Error
+	return errors.As(err, &r)
+}
+
+// reply returns an error reply on one line, without trailing blanks.
+func reply(err error) string {
+	return strings.TrimSpace(strings.ReplaceAll(err.Error(), "\n", " "))
+}
+
+// describePersistence sets s.persistence from AOF (INFO) and RDB (CONFIG)
+// and warns when there is none.
+func (s *server) describePersistence() {
 	aof := s.info["aof_enabled"] == "1"
 	switch {
+	case s.info == nil && s.save == "?":
+		s.persistence = "not verified (INFO and CONFIG refused)"
+	case s.info == nil:
+		s.persistence = fmt.Sprintf("AOF not verified (INFO refused), RDB snapshots: save %q", s.save)
 	case aof && s.save != "" && s.save != "?":
 		s.persistence = fmt.Sprintf("AOF on, RDB snapshots (save %q)", s.save)
 	case aof:
 		s.persistence = "AOF on"
 	case s.save == "":
 		s.persistence = "none (AOF off, no RDB snapshots)"
-		s.warnings = append(s.warnings, name+": no persistence: a restart forgets every claim and stored result, and the keys run again")
+		s.warnings = append(s.warnings, s.name+": no persistence: a restart forgets every claim and stored result, and the keys run again")
 	case s.save == "?":
-		s.persistence = "AOF off, RDB snapshots unknown (CONFIG GET not allowed)"
+		s.persistence = "AOF off, RDB snapshots not verified (CONFIG refused)"
 	default:
 		s.persistence = fmt.Sprintf("AOF off, RDB snapshots only (save %q): a restart loses the writes since the last one", s.save)
 	}
-	return s, nil
 }
 
 func (s *server) print(w io.Writer) {
 	in := s.info
-	mode := in["redis_mode"]
-	if mode == "" {
-		mode = "standalone"
+	if in == nil {
+		fmt.Fprintf(w, "%s: version, mode and role not verified (INFO refused)\n", s.name)
+		fmt.Fprintf(w, "  %-12s %s\n", "eviction", "not verified (INFO refused)")
+		fmt.Fprintf(w, "  %-12s %s\n", "persistence", s.persistence)
+		fmt.Fprintf(w, "  %-12s %s\n", "replicas", "not verified (INFO refused)")
+		return
 	}
-	fmt.Fprintf(w, "%s: Redis %s, %s, %s\n", s.name, in["redis_version"], mode, in["role"])
+	srv := redisinfo.ServerOf(in)
+	fmt.Fprintf(w, "%s: %s, %s, %s\n", s.name, srv, srv.Mode, in["role"])
 	limit := "no maxmemory"
 	if in["maxmemory"] != "" && in["maxmemory"] != "0" {
 		limit = "maxmemory " + in["maxmemory_human"]
@@ -130,18 +173,6 @@ func replicas(info map[string]string) string {
 		list = append(list, fmt.Sprintf("%s:%s %s, lag %ss", f["ip"], f["port"], f["state"], f["lag"]))
 	}
 	return fmt.Sprintf("%d (%s); without idem.WithReplicaAck a failover can lose the last claims and results", n, strings.Join(list, "; "))
-}
-
-// parseInfo parses an INFO reply into its fields.
-func parseInfo(text string) map[string]string {
-	m := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":"); ok && !strings.HasPrefix(k, "#") {
-			m[k] = v
-		}
-	}
-	return m
 }
 
 // fields parses "ip=127.0.0.1,port=6380,state=online".

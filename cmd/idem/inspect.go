@@ -33,6 +33,8 @@ type inspection struct {
 	TTLMs       int64             `json:"ttl_ms,omitempty"`
 	Checkpoints map[string][]byte `json:"checkpoints,omitempty"` // values base64, as encoding/json writes []byte
 	Result      *result           `json:"result,omitempty"`
+	FoundWith   []string          `json:"found_with,omitempty"` // when absent: the flags under which the key has a record
+	Hint        string            `json:"hint,omitempty"`       // when absent: where to look instead
 }
 
 type result struct {
@@ -75,6 +77,9 @@ func inspect(ctx context.Context, e *env, flags *operationFlags, jsonOut bool) e
 		return fmt.Errorf("reading %s: %w", op.recordKey(), err)
 	}
 	out := newInspection(op, in)
+	if err := elsewhere(ctx, op, out); err != nil {
+		return err
+	}
 	if jsonOut {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetEscapeHTML(false)
@@ -102,6 +107,9 @@ func printInspection(w io.Writer, in *inspection, now time.Time) {
 		return
 	case in.State == "absent":
 		row("state", "absent: no record (never used, expired or forgotten); the next request with this key runs as new")
+		if in.Hint != "" {
+			row("hint", "%s", in.Hint)
+		}
 		return
 	case in.State == "completed":
 		row("state", "completed: repeats get the stored result")

@@ -1,10 +1,10 @@
 // Command idem inspects and clears the records that idem keeps in Redis, and
 // checks a Redis server for idem.
 //
-//	idem inspect -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
-//	idem forget  -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
-//	idem scan    -redis URL [-prefix P] [-sample N] [-json]
-//	idem check   -redis URL [-strict]
+//	idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+//	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+//	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
+//	idem check   -redis URL [-cacert FILE] [-timeout D] [-strict]
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -13,7 +13,9 @@
 // application received it (for http, bare or quoted as in the header); -kind
 // says which API ran it (Do: do, the default; Guard.Once: once; the HTTP
 // middleware: http) and -scope, for http, the value of the middleware's
-// WithScope for the request.
+// WithScope for the request. When the operation is absent, inspect looks the
+// key up under the other kinds (and http without a scope) and prints a hint:
+// where it found a record, or that a -scope may be missing.
 //
 // forget deletes an operation's record and lease so that its key runs again
 // as new; it changes nothing without -yes, and refuses while a live lease
@@ -21,8 +23,8 @@
 //
 // scan samples the records under the prefix with SCAN (never KEYS) and
 // reports their count by state and the distribution of their memory and TTL.
-// check reports the Redis version, eviction policy, persistence and replicas
-// of every server, and fails for a server idem cannot use.
+// check reports every server's name (Redis, Valkey) and version, eviction
+// policy, persistence and replicas, and fails for a server idem cannot use.
 //
 // URL is one of
 //
@@ -36,7 +38,14 @@
 // Sentinels. For Redis Cluster, the hosts are any of its nodes. The options
 // are go-redis's URL options (dial_timeout=3s, read_timeout=5s, ...); the
 // rediss+sentinel and rediss+cluster schemes use TLS. Without -redis, the
-// URL is taken from the REDIS_URL environment variable.
+// URL is taken from the REDIS_URL environment variable. -timeout D (default
+// 10s) bounds a command, connecting included.
+//
+// A TLS URL trusts the system's CAs (on Unix, SSL_CERT_FILE names a file of
+// them instead); -cacert FILE names the PEM file of the CA that signed the
+// servers' certificates. Connecting and the TLS handshake are bounded by the
+// dial timeout (3s unless the URL's dial_timeout says otherwise); a server
+// whose certificate is not trusted is a one-line error that says so.
 //
 // Exit status: 0 on success, 1 when the command failed (the reason is one
 // line on standard error), 2 for a usage error.
@@ -44,6 +53,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -76,11 +86,12 @@ const (
 var errUsage = errors.New("usage")
 
 const usage = `usage:
-  idem inspect -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
-  idem forget  -redis URL [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
-  idem scan    -redis URL [-prefix P] [-sample N] [-json]
-  idem check   -redis URL [-strict]
+  idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
+  idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
+  idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
+  idem check   -redis URL [-cacert FILE] [-timeout D] [-strict]
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
+     (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
 `
 
@@ -138,12 +149,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // commonFlags are the flags every command has.
 type commonFlags struct {
 	redisURL string
+	caCert   string
 	timeout  time.Duration
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis+sentinel:// or redis+cluster:// (default $REDIS_URL)")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up after this long")
+	fs.StringVar(&c.caCert, "cacert", "", "PEM `FILE` of the CA that signed the server's certificate, for rediss:// (default: the system's CAs, or $SSL_CERT_FILE)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up after `D`, a duration such as 30s or 2m")
 }
 
 // execute connects to Redis and runs cmd within the timeout.
@@ -154,7 +167,17 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 	if c.redisURL == "" {
 		return usageError(e, "no Redis: pass -redis URL or set REDIS_URL")
 	}
-	client, target, err := connect(c.redisURL)
+	var roots *x509.CertPool
+	if c.caCert != "" {
+		if !tlsScheme(c.redisURL) {
+			return usageError(e, "-cacert applies to TLS URLs only (rediss://, rediss+sentinel://, rediss+cluster://)")
+		}
+		var err error
+		if roots, err = loadCACert(c.caCert); err != nil {
+			return usageError(e, "-cacert: "+err.Error())
+		}
+	}
+	client, target, err := connect(c.redisURL, roots)
 	if err != nil {
 		return usageError(e, "-redis: "+err.Error())
 	}
@@ -165,7 +188,7 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	err = cmd.run(ctx, e)
+	err = explainTLS(cmd.run(ctx, e), c.redisURL)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, errUsage) {
 		return fmt.Errorf("%s: no answer within %v (-timeout): %w", target, c.timeout, err)
 	}

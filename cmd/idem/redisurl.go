@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -38,8 +39,9 @@ func cliDefaults(query url.Values, timeout time.Duration, retries int) (time.Dur
 }
 
 // connect returns a client for a -redis URL (see the package doc), and a
-// description of where it points, without credentials. It does no I/O.
-func connect(raw string) (redis.UniversalClient, string, error) {
+// description of where it points, without credentials. With roots, a TLS
+// URL trusts those CAs instead of the system's. It does no I/O.
+func connect(raw string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return nil, "", fmt.Errorf("%q is not a URL: want redis://host:port, redis+sentinel://host:port/master or redis+cluster://host:port", raw)
@@ -56,11 +58,12 @@ func connect(raw string) (redis.UniversalClient, string, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		o.DialTimeout, o.DialerRetries = cliDefaults(q, o.DialTimeout, o.DialerRetries)
+		o.Dialer = secure(o.TLSConfig, roots, o.DialTimeout)
 		return redis.NewClient(o), o.Addr, nil
 	case "redis+sentinel", "rediss+sentinel":
-		return sentinelClient(strings.TrimSuffix(scheme, "+sentinel"), rest)
+		return sentinelClient(strings.TrimSuffix(scheme, "+sentinel"), rest, roots)
 	case "redis+cluster", "rediss+cluster":
-		return clusterClient(strings.TrimSuffix(scheme, "+cluster"), rest)
+		return clusterClient(strings.TrimSuffix(scheme, "+cluster"), rest, roots)
 	}
 	return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", scheme)
 }
@@ -122,7 +125,7 @@ func (u *multiHostURL) goRedisURL(scheme string, user *url.Userinfo, path string
 
 // sentinelClient returns a failover client for
 // [user:password@]host:port,.../master[/db][?options].
-func sentinelClient(scheme, rest string) (redis.UniversalClient, string, error) {
+func sentinelClient(scheme, rest string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
 	u, err := parseMultiHost(rest, "26379")
 	if err != nil {
 		return nil, "", err
@@ -159,12 +162,13 @@ func sentinelClient(scheme, rest string) (redis.UniversalClient, string, error) 
 	}
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.DialerRetries = cliDefaults(u.query, o.DialTimeout, o.DialerRetries)
+	o.Dialer = secure(o.TLSConfig, roots, o.DialTimeout)
 	return redis.NewFailoverClient(o), fmt.Sprintf("master %q via Sentinel %s", master, strings.Join(u.hosts, ",")), nil
 }
 
 // clusterClient returns a cluster client for
 // [user:password@]host:port,...[?options].
-func clusterClient(scheme, rest string) (redis.UniversalClient, string, error) {
+func clusterClient(scheme, rest string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
 	u, err := parseMultiHost(rest, "6379")
 	if err != nil {
 		return nil, "", err
@@ -178,5 +182,6 @@ func clusterClient(scheme, rest string) (redis.UniversalClient, string, error) {
 	}
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.DialerRetries = cliDefaults(u.query, o.DialTimeout, o.DialerRetries)
+	o.Dialer = secure(o.TLSConfig, roots, o.DialTimeout)
 	return redis.NewClusterClient(o), "cluster " + strings.Join(u.hosts, ","), nil
 }

@@ -5,7 +5,10 @@
 // Redis down mid-way. Shared returns one server started lazily for the whole
 // test binary, which tests must not take down and in which they keep apart by
 // key (Prefix gives each test its own key prefix). StartCluster and
-// SharedCluster do the same for a three-master Redis Cluster.
+// SharedCluster do the same for a three-master Redis Cluster. StartTLS
+// starts a private server that speaks TLS only, with a certificate signed by
+// a CA the test makes (NewCA); WithoutCommands starts one without commands
+// such as CONFIG, as managed services run Redis.
 //
 // ReplyDropper is a go-redis Dialer that lets chosen commands run on the
 // server and then loses their replies by closing the connection, so that
@@ -21,6 +24,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -62,6 +66,17 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// WithoutCommands disables commands as managed Redis services do, with
+// rename-command NAME "": WithoutCommands("CONFIG") starts a server that
+// answers CONFIG with "unknown command".
+func WithoutCommands(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.args = append(c.args, "--rename-command", n, "")
+		}
+	}
+}
+
 // A Server is a redis-server process listening on 127.0.0.1. Its methods
 // may be called from any goroutine.
 type Server struct {
@@ -71,6 +86,7 @@ type Server struct {
 	busPort int // cluster bus port of a cluster node
 	args    []string
 	shared  bool
+	tls     *tls.Config // a client's, trusting the server's CA; nil: plain TCP
 
 	mu   sync.Mutex
 	proc *process
@@ -110,6 +126,12 @@ func lookPath(tb testing.TB, name, why string) string {
 // startServer starts a server in dir, retrying on a fresh port when another
 // process grabbed the chosen one in between.
 func startServer(path, dir string, args []string) (*Server, error) {
+	return start(&Server{path: path, dir: dir, args: args})
+}
+
+// start launches s on a free port, retrying on a fresh one when another
+// process grabbed the chosen one in between.
+func start(s *Server) (*Server, error) {
 	var err error
 	for range 5 {
 		var ports []int
@@ -117,7 +139,7 @@ func startServer(path, dir string, args []string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{path: path, dir: dir, port: ports[0], args: args}
+		s.port = ports[0]
 		if err = s.launch(); err == nil {
 			return s, nil
 		}
@@ -148,21 +170,24 @@ func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
 
 // launch starts the process and waits until it answers PING.
 func (s *Server) launch() error {
-	args := []string{
-		"--port", strconv.Itoa(s.port),
+	args := []string{"--port", strconv.Itoa(s.port)}
+	if s.tls != nil { // TLS only: no plain port
+		args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--logfile", "",
-	}
+	)
 	args = append(args, s.args...)
 	proc, err := spawn(s.path, args, s.dir, s.logPath())
 	if err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
-	if err := waitReady(proc, s.Addr(), s.logPath()); err != nil {
+	if err := waitReady(proc, s.Addr(), s.tls, s.logPath()); err != nil {
 		proc.kill()
 		return err
 	}
@@ -172,8 +197,9 @@ func (s *Server) launch() error {
 	return nil
 }
 
-// waitReady polls addr with PING until it answers PONG.
-func waitReady(proc *process, addr, logPath string) error {
+// waitReady polls addr with PING (over TLS when tc is not nil) until it
+// answers PONG.
+func waitReady(proc *process, addr string, tc *tls.Config, logPath string) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		if proc.reap(false) {
@@ -183,7 +209,7 @@ func waitReady(proc *process, addr, logPath string) error {
 			}
 			return fmt.Errorf("redistest: redis-server on %s exited during startup:\n%s", addr, log)
 		}
-		reply, err := do(addr, probeTimeout, "PING")
+		reply, err := send(addr, tc, probeTimeout, "PING")
 		if err == nil && reply == "PONG" {
 			return nil
 		}
@@ -212,8 +238,15 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 func (s *Server) Port() int { return s.port }
 
 // Options returns fresh go-redis options for the server, for tests that set
-// a Dialer, timeouts or retries before calling redis.NewClient.
-func (s *Server) Options() *redis.Options { return &redis.Options{Addr: s.Addr()} }
+// a Dialer, timeouts or retries before calling redis.NewClient. For a server
+// started by StartTLS, TLSConfig trusts its CA.
+func (s *Server) Options() *redis.Options {
+	o := &redis.Options{Addr: s.Addr()}
+	if s.tls != nil {
+		o.TLSConfig = s.tls.Clone()
+	}
+	return o
+}
 
 // Client returns a go-redis client for the server, closed by tb.Cleanup.
 func (s *Server) Client(tb testing.TB) *redis.Client {
@@ -226,7 +259,7 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 // FlushAll removes every key on the server.
 func (s *Server) FlushAll(tb testing.TB) {
 	tb.Helper()
-	if _, err := do(s.Addr(), probeTimeout, "FLUSHALL"); err != nil {
+	if _, err := send(s.Addr(), s.tls, probeTimeout, "FLUSHALL"); err != nil {
 		tb.Fatalf("redistest: FLUSHALL on %s: %v", s.Addr(), err)
 	}
 }
@@ -257,7 +290,7 @@ func (s *Server) Stop(tb testing.TB) {
 		tb.Fatalf("redistest: Stop: server %s is not running", s.Addr())
 	}
 	_ = s.proc.resume() // a paused server could not answer
-	_, _ = do(s.Addr(), probeTimeout, "SHUTDOWN", "SAVE")
+	_, _ = send(s.Addr(), s.tls, probeTimeout, "SHUTDOWN", "SAVE")
 	if !s.proc.waitExit(startTimeout) {
 		s.proc.kill()
 		tb.Fatalf("redistest: Stop: server %s did not shut down:\n%s", s.Addr(), readLog(s.logPath()))

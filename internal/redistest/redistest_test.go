@@ -144,6 +144,14 @@ func TestStartWithArgs(t *testing.T) {
 	require.Equal(t, "12345678", v["maxmemory"])
 }
 
+func TestWithoutCommands(t *testing.T) {
+	c := Start(t, WithoutCommands("CONFIG", "FLUSHDB")).Client(t)
+	ctx := context.Background()
+	require.ErrorContains(t, c.ConfigGet(ctx, "save").Err(), "unknown command")
+	require.ErrorContains(t, c.FlushDB(ctx).Err(), "unknown command")
+	require.NoError(t, c.Ping(ctx).Err())
+}
+
 func TestShared(t *testing.T) {
 	s := Shared(t)
 	require.Same(t, s, Shared(t))

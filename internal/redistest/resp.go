@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -138,7 +139,19 @@ func appendCommand(b []byte, args ...string) []byte {
 // error reply is returned as an error. It is the harness's own tiny client,
 // so that starting and probing servers needs no go-redis pool.
 func do(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	return send(addr, nil, timeout, args...)
+}
+
+// send is do over TLS when tc is not nil.
+func send(addr string, tc *tls.Config, timeout time.Duration, args ...string) (string, error) {
+	var conn net.Conn
+	var err error
+	d := &net.Dialer{Timeout: timeout}
+	if tc != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, tc)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return "", err
 	}

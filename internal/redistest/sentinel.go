@@ -169,7 +169,7 @@ func startSentinel(path, dir string, primaryPort int) (*sentinel, error) {
 		if s.proc, err = spawn(path, []string{conf}, dir, s.logPath()); err != nil {
 			return nil, fmt.Errorf("redistest: start redis-sentinel: %w", err)
 		}
-		if err = waitReady(s.proc, s.addr(), s.logPath()); err == nil {
+		if err = waitReady(s.proc, s.addr(), nil, s.logPath()); err == nil {
 			return s, nil
 		}
 		s.proc.kill()
