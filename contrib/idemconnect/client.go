@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 const (
@@ -65,8 +65,8 @@ var _ connect.Interceptor = (*ClientInterceptor)(nil)
 //
 // Each call carries an idempotency key in its KeyHeader header: the call's
 // own, when its request (or its connect.CallInfo) already has one, sent as
-// it is; else the key set by idem.WithKey on the call's context; else a new
-// key made by idem.NewKey for this call. A key from the context that is not
+// it is; else the key set by idemclient.WithKey on the call's context; else a new
+// key made by idemclient.NewKey for this call. A key from the context that is not
 // 1 to 255 bytes of printable ASCII fails the call with CodeInvalidArgument,
 // at once; the error also matches idem.ErrInvalidKey under errors.Is.
 //
@@ -111,11 +111,11 @@ func (c *ClientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		}
 		h := req.Header()
 		if len(h.Values(KeyHeader)) == 0 {
-			key, ok := idem.KeyFrom(ctx)
+			key, ok := idemclient.KeyFrom(ctx)
 			if !ok {
-				key = idem.NewKey()
+				key = idemclient.NewKey()
 			} else if err := validKey(key); err != nil {
-				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idemconnect: the key set by idem.WithKey cannot be sent: %w", err))
+				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idemconnect: the key set by idemclient.WithKey cannot be sent: %w", err))
 			}
 			h.Set(KeyHeader, key)
 		}

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestRequiredAndOptionalKeys(t *testing.T) {
@@ -116,7 +116,7 @@ func TestTwoTenants(t *testing.T) {
 			return wrapperspb.String("for " + tenantOf(ctx)), nil
 		}, idemconnect.WithScope(tenantOf))
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		as := func(tenant string) reply {
 			r := connect.NewRequest(req)
@@ -170,7 +170,7 @@ func TestReplayKeepsType(t *testing.T) {
 				{methodPing, "google.protobuf.Empty"},
 			} {
 				before := len(s.answerTypes())
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				first := c.invoke(t.Context(), tc.method, key, req)
 				second := c.invoke(t.Context(), tc.method, key, req)
 				require.NoError(t, first.err, protocol.name)
@@ -194,17 +194,17 @@ func TestKeyFuncAIP155(t *testing.T) {
 			return wrapperspb.String(strings.Repeat("x", int(runs.inc()))), nil
 		}, idemconnect.WithKeyFunc(requestID))
 		c := newClient(t, s)
-		req := request(t, map[string]any{"amount": 1, "request_id": idem.NewKey()})
+		req := request(t, map[string]any{"amount": 1, "request_id": idemclient.NewKey()})
 		first := c.invoke(t.Context(), methodRefund, "", req)
 		// The field wins over the header.
-		second := c.invoke(t.Context(), methodRefund, idem.NewKey(), req)
+		second := c.invoke(t.Context(), methodRefund, idemclient.NewKey(), req)
 		require.NoError(t, first.err)
 		require.True(t, second.replayed)
 		require.True(t, proto.Equal(first.msg, second.msg))
 
 		// No request_id: the header's key.
 		plain := request(t, map[string]any{"amount": 1})
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.False(t, c.invoke(t.Context(), methodRefund, key, plain).replayed)
 		require.True(t, c.invoke(t.Context(), methodRefund, key, plain).replayed)
 		require.EqualValues(t, 2, runs.load())
@@ -226,7 +226,7 @@ func TestSameKeyOtherMethodRuns(t *testing.T) {
 			return wrapperspb.String(method), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		for _, m := range []string{methodRefund, methodPing, methodRefund, methodPing} {
 			r := c.invoke(t.Context(), m, key, req)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestDuplicatesRunOnce(t *testing.T) {
@@ -29,7 +30,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 			return structpb.NewStruct(map[string]any{"run": float64(n), "amount": req.Fields["amount"].GetNumberValue()})
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1000})
 		const n = 32
 		replies := make([]reply, n)
@@ -60,7 +61,7 @@ func TestMismatch(t *testing.T) {
 			return &emptypb.Empty{}, nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.NoError(t, c.invoke(t.Context(), methodPing, key, request(t, map[string]any{"amount": 1, "to": "a"})).err)
 		// The same fields built again: deterministic encoding, same request.
 		r := c.invoke(t.Context(), methodPing, key, request(t, map[string]any{"to": "a", "amount": 1}))
@@ -90,7 +91,7 @@ func TestInProgress(t *testing.T) {
 					return wrapperspb.String("first"), nil
 				}, idemconnect.WithRetryDelay(250*time.Millisecond))
 				c := newClient(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 5})
 				first := make(chan reply, 1)
 				go func() { first <- c.invoke(t.Context(), methodRefund, key, req) }()
@@ -164,7 +165,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 					return nil, tc.err
 				})
 				c := newClient(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 7})
 				first := c.invoke(t.Context(), methodCharge, key, req)
 				second := c.invoke(t.Context(), methodCharge, key, req)
@@ -200,7 +201,7 @@ func TestRedisStopped(t *testing.T) {
 		})
 		c := newClient(t, s)
 		b.stop()
-		r := c.invoke(t.Context(), methodPing, idem.NewKey(), request(t, map[string]any{"amount": 1}))
+		r := c.invoke(t.Context(), methodPing, idemclient.NewKey(), request(t, map[string]any{"amount": 1}))
 		require.Equal(t, connect.CodeUnavailable, connect.CodeOf(r.err), "%v", r.err)
 		require.Equal(t, idemconnect.ReasonStoreUnavailable, reason(r.err))
 		require.Zero(t, runs.load())
@@ -224,7 +225,7 @@ func TestNotRecorded(t *testing.T) {
 			return wrapperspb.String("charged"), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := c.invoke(t.Context(), methodRefund, key, req)
 		require.NoError(t, r.err)
@@ -248,7 +249,7 @@ func TestPanicReleasesKey(t *testing.T) {
 			return wrapperspb.String(string(rune('0' + a.Fence))), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := c.invoke(t.Context(), methodRefund, key, req)
 		require.Equal(t, connect.CodeInternal, connect.CodeOf(r.err))
@@ -277,7 +278,7 @@ func TestAttemptFrom(t *testing.T) {
 			return wrapperspb.String(string(a.Checkpoints()["charge"])), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := c.invoke(t.Context(), methodRefund, key, req)
 		require.Equal(t, connect.CodeUnavailable, connect.CodeOf(r.err), "%v", r.err)

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // BenchmarkInterceptor measures a unary call over loopback TCP: a bare
@@ -49,8 +49,8 @@ func BenchmarkInterceptor(b *testing.B) {
 			}
 		}
 	}
-	replayKey := idem.NewKey()
+	replayKey := idemclient.NewKey()
 	b.Run("bare", func(b *testing.B) { run(b, bare, nil) })
-	b.Run("fresh", func(b *testing.B) { run(b, guarded, idem.NewKey) })
+	b.Run("fresh", func(b *testing.B) { run(b, guarded, idemclient.NewKey) })
 	b.Run("replay", func(b *testing.B) { run(b, guarded, func() string { return replayKey }) })
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 const (
@@ -57,8 +57,8 @@ func WithBackoff(base, limit time.Duration) ClientOption {
 //
 // Each call carries an idempotency key in its MetadataKey metadata: the
 // call's own, when its outgoing metadata already has one (sent as it is);
-// else the key set by idem.WithKey on the call's context; else a new key made
-// by idem.NewKey for this call. A key from the context that is not 1 to 255
+// else the key set by idemclient.WithKey on the call's context; else a new key made
+// by idemclient.NewKey for this call. A key from the context that is not 1 to 255
 // bytes of printable ASCII fails the call with InvalidArgument, at once; the
 // error also matches idem.ErrInvalidKey under errors.Is.
 //
@@ -76,7 +76,7 @@ func WithBackoff(base, limit time.Duration) ClientOption {
 // Retries below this interceptor, by gRPC's own retry policy (the service
 // config's retryPolicy), send the same metadata and so the same key.
 // Retries above it (a loop around the call) are new calls with new keys,
-// unless the caller sets one with idem.WithKey for the whole loop.
+// unless the caller sets one with idemclient.WithKey for the whole loop.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	c := clientConfig{attempts: defaultAttempts, backoff: backoff{base: defaultBackoff, limit: defaultBackoffCap}}
 	for _, o := range opts {
@@ -87,9 +87,9 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	c.backoff.limit = max(c.backoff.limit, c.backoff.base)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		if len(metadata.ValueFromOutgoingContext(ctx, MetadataKey)) == 0 {
-			key, ok := idem.KeyFrom(ctx)
+			key, ok := idemclient.KeyFrom(ctx)
 			if !ok {
-				key = idem.NewKey()
+				key = idemclient.NewKey()
 			} else if err := validKey(key); err != nil {
 				return &keyError{err: err}
 			}
@@ -142,7 +142,7 @@ func (c *clientConfig) retryWait(err error, attempt int) (time.Duration, bool) {
 	return 0, false
 }
 
-// keyError is the client's error for an invalid key from idem.WithKey: an
+// keyError is the client's error for an invalid key from idemclient.WithKey: an
 // InvalidArgument status that also matches idem.ErrInvalidKey.
 type keyError struct{ err error }
 
@@ -151,5 +151,5 @@ func (e *keyError) Unwrap() error { return e.err }
 
 // GRPCStatus returns the error's status, InvalidArgument, for status.FromError.
 func (e *keyError) GRPCStatus() *status.Status {
-	return status.New(codes.InvalidArgument, fmt.Sprintf("idemgrpc: the key set by idem.WithKey cannot be sent: %v", e.err))
+	return status.New(codes.InvalidArgument, fmt.Sprintf("idemgrpc: the key set by idemclient.WithKey cannot be sent: %v", e.err))
 }

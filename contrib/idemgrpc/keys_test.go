@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestRequiredAndOptionalKeys(t *testing.T) {
@@ -99,7 +99,7 @@ func TestTwoTenants(t *testing.T) {
 			return wrapperspb.String("for " + tenantOf(ctx)), nil
 		}, idemgrpc.WithScope(tenantOf))
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		as := func(tenant string) reply {
 			return invoke(metadata.AppendToOutgoingContext(t.Context(), "tenant", tenant), conn, methodRefund, key, req, &wrapperspb.StringValue{})
@@ -144,7 +144,7 @@ func TestReplayKeepsType(t *testing.T) {
 			{methodPing, &emptypb.Empty{}, "*emptypb.Empty"},
 		} {
 			before := len(s.answerTypes())
-			key := idem.NewKey()
+			key := idemclient.NewKey()
 			first := invoke(t.Context(), conn, tc.method, key, req, tc.out)
 			second := invoke(t.Context(), conn, tc.method, key, req, tc.out)
 			require.NoError(t, first.err)
@@ -167,17 +167,17 @@ func TestKeyFuncAIP155(t *testing.T) {
 			return wrapperspb.Int64(runs.inc()), nil
 		}, idemgrpc.WithKeyFunc(requestID))
 		conn := dial(t, s)
-		req := request(t, map[string]any{"amount": 1, "request_id": idem.NewKey()})
+		req := request(t, map[string]any{"amount": 1, "request_id": idemclient.NewKey()})
 		first := invoke(t.Context(), conn, methodCharge, "", req, &wrapperspb.Int64Value{})
 		// The field wins over the metadata.
-		second := invoke(t.Context(), conn, methodCharge, idem.NewKey(), req, &wrapperspb.Int64Value{})
+		second := invoke(t.Context(), conn, methodCharge, idemclient.NewKey(), req, &wrapperspb.Int64Value{})
 		require.NoError(t, first.err)
 		require.True(t, second.replayed)
 		require.True(t, proto.Equal(first.msg, second.msg))
 
 		// No request_id: the metadata key.
 		plain := request(t, map[string]any{"amount": 1})
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.False(t, invoke(t.Context(), conn, methodCharge, key, plain, &wrapperspb.Int64Value{}).replayed)
 		require.True(t, invoke(t.Context(), conn, methodCharge, key, plain, &wrapperspb.Int64Value{}).replayed)
 		require.EqualValues(t, 2, runs.load())
@@ -196,7 +196,7 @@ func TestSameKeyOtherMethodRuns(t *testing.T) {
 			return wrapperspb.String(method), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		for _, m := range []string{methodCharge, methodRefund, methodCharge, methodRefund} {
 			r := invoke(t.Context(), conn, m, key, req, &wrapperspb.StringValue{})

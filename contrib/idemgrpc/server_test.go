@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestDuplicatesRunOnce(t *testing.T) {
@@ -30,7 +31,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 			return structpb.NewStruct(map[string]any{"run": float64(n), "amount": req.Fields["amount"].GetNumberValue()})
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1000})
 		const n = 32
 		replies := make([]reply, n)
@@ -61,7 +62,7 @@ func TestMismatch(t *testing.T) {
 			return &emptypb.Empty{}, nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.NoError(t, invoke(t.Context(), conn, methodCharge, key, request(t, map[string]any{"amount": 1, "to": "a"}), &emptypb.Empty{}).err)
 		// The same fields built again: deterministic encoding, same request.
 		r := invoke(t.Context(), conn, methodCharge, key, request(t, map[string]any{"to": "a", "amount": 1}), &emptypb.Empty{})
@@ -91,7 +92,7 @@ func TestInProgress(t *testing.T) {
 					return wrapperspb.String("first"), nil
 				}, idemgrpc.WithRetryDelay(250*time.Millisecond))
 				conn := dial(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 5})
 				first := make(chan reply, 1)
 				go func() { first <- invoke(t.Context(), conn, methodRefund, key, req, &wrapperspb.StringValue{}) }()
@@ -167,7 +168,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 					return nil, tc.err
 				})
 				conn := dial(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 7})
 				first := invoke(t.Context(), conn, methodCharge, key, req, &structpb.Struct{})
 				second := invoke(t.Context(), conn, methodCharge, key, req, &structpb.Struct{})
@@ -199,7 +200,7 @@ func TestRedisStopped(t *testing.T) {
 		})
 		conn := dial(t, s)
 		b.stop()
-		r := invoke(t.Context(), conn, methodCharge, idem.NewKey(), request(t, map[string]any{"amount": 1}), &emptypb.Empty{})
+		r := invoke(t.Context(), conn, methodCharge, idemclient.NewKey(), request(t, map[string]any{"amount": 1}), &emptypb.Empty{})
 		require.Equal(t, codes.Unavailable, status.Code(r.err), "%v", r.err)
 		require.Equal(t, idemgrpc.ReasonStoreUnavailable, reason(r.err))
 		require.Zero(t, runs.load())
@@ -223,7 +224,7 @@ func TestNotRecorded(t *testing.T) {
 			return wrapperspb.String("charged"), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := invoke(t.Context(), conn, methodRefund, key, req, &wrapperspb.StringValue{})
 		require.NoError(t, r.err)
@@ -247,7 +248,7 @@ func TestPanicReleasesKey(t *testing.T) {
 			return wrapperspb.Int64(a.Fence), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := invoke(t.Context(), conn, methodCharge, key, req, &wrapperspb.Int64Value{})
 		require.Equal(t, codes.Internal, status.Code(r.err))
@@ -276,7 +277,7 @@ func TestAttemptFrom(t *testing.T) {
 			return wrapperspb.String(string(a.Checkpoints()["charge"])), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := invoke(t.Context(), conn, methodCharge, key, req, &wrapperspb.StringValue{})
 		require.Equal(t, codes.Unavailable, status.Code(r.err), "%v", r.err)
