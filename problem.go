@@ -11,8 +11,8 @@ import (
 const problemBase = "https://github.com/idemkit/idem/blob/main/docs/http.md#"
 
 // problemKind is a kind of problem (RFC 9457) the middleware answers with.
-// The type URIs are part of the contract: clients (NewTransport among them)
-// match them.
+// The type URIs are part of the contract: clients (idemclient.NewTransport
+// among them) match them.
 type problemKind struct {
 	status int
 	typ    string
