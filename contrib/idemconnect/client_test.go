@@ -74,7 +74,7 @@ func TestClientSameKeyAcrossRetries(t *testing.T) {
 			opt  connect.ClientOption
 		}{{"connect", connect.WithProtoJSON()}, {"grpc", connect.WithGRPC()}} {
 			var log keyLog
-			s := startServer(t, b.guard(), failing(&log, 2))
+			s := startServer(t, b.Guard(), failing(&log, 2))
 			c := newClient(t, s, retrying(fastRetries), protocol.opt)
 			r := c.invoke(t.Context(), methodRefund, "", request(t, map[string]any{"amount": 1}))
 			require.NoError(t, r.err, protocol.name)
@@ -124,7 +124,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		started, release := make(chan struct{}), make(chan struct{})
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			close(started)
 			<-release

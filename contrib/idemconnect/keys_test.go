@@ -19,7 +19,7 @@ import (
 func TestRequiredAndOptionalKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		}, idemconnect.WithRequiredKey(methodRefund, methodList))
@@ -56,7 +56,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 		}
 		require.EqualValues(t, 3, s.streams.Load())
 
-		keys, err := b.rdb.Keys(t.Context(), "*").Result()
+		keys, err := b.Client.Keys(t.Context(), "*").Result()
 		require.NoError(t, err)
 		require.Empty(t, keys, "a call without a key, or a stream, touched Redis")
 	})
@@ -65,7 +65,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
@@ -111,7 +111,7 @@ func TestTwoTenants(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("for " + tenantOf(ctx)), nil
 		}, idemconnect.WithScope(tenantOf))
@@ -149,7 +149,7 @@ func TestTwoTenants(t *testing.T) {
 
 func TestReplayKeepsType(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			switch method {
 			case methodCharge:
 				return structpb.NewStruct(map[string]any{"id": "ch_1", "amount": 1000, "tags": []any{"a", true}})
@@ -190,7 +190,7 @@ func TestKeyFuncAIP155(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			return wrapperspb.String(strings.Repeat("x", int(runs.inc()))), nil
 		}, idemconnect.WithKeyFunc(requestID))
 		c := newClient(t, s)
@@ -218,7 +218,7 @@ func TestKeyFuncAIP155(t *testing.T) {
 func TestSameKeyOtherMethodRuns(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			if method == methodPing {
 				return &emptypb.Empty{}, nil

@@ -24,7 +24,7 @@ import (
 func TestDuplicatesRunOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(idem.WithWait(5*time.Second)), func(ctx context.Context, _ string, req *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(idem.WithWait(5*time.Second)), func(ctx context.Context, _ string, req *structpb.Struct) (proto.Message, error) {
 			n := runs.inc()
 			time.Sleep(50 * time.Millisecond)
 			return structpb.NewStruct(map[string]any{"run": float64(n), "amount": req.Fields["amount"].GetNumberValue()})
@@ -56,7 +56,7 @@ func TestDuplicatesRunOnce(t *testing.T) {
 func TestMismatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
@@ -84,7 +84,7 @@ func TestInProgress(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				started, release := make(chan struct{}), make(chan struct{})
 				var runs counter
-				s := startServer(t, b.guard(idem.WithWait(tc.wait)), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+				s := startServer(t, b.Guard(idem.WithWait(tc.wait)), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 					runs.inc()
 					close(started)
 					<-release
@@ -156,7 +156,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 		{"plain Go error", errors.New("boom"), false},
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		g := b.guard()
+		g := b.Guard()
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				var runs counter
@@ -195,12 +195,12 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 func TestRedisStopped(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
 		c := newClient(t, s)
-		b.stop()
+		b.Stop()
 		r := c.invoke(t.Context(), methodPing, idemclient.NewKey(), request(t, map[string]any{"amount": 1}))
 		require.Equal(t, connect.CodeUnavailable, connect.CodeOf(r.err), "%v", r.err)
 		require.Equal(t, idemconnect.ReasonStoreUnavailable, reason(r.err))
@@ -219,7 +219,7 @@ func (failComplete) Complete(context.Context, string, string, []byte, time.Durat
 func TestNotRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		g := idem.New(failComplete{idem.NewRedisStore(b.rdb)}, idem.WithLogger(slog.New(slog.DiscardHandler)))
+		g := idem.New(failComplete{idem.NewRedisStore(b.Client)}, idem.WithLogger(slog.New(slog.DiscardHandler)))
 		s := startServer(t, g, func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("charged"), nil
@@ -241,7 +241,7 @@ func TestNotRecorded(t *testing.T) {
 func TestPanicReleasesKey(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			if runs.inc() == 1 {
 				panic("handler bug")
 			}
@@ -263,7 +263,7 @@ func TestPanicReleasesKey(t *testing.T) {
 func TestAttemptFrom(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ids := make(chan string, 2)
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			a, ok := idem.AttemptFrom(ctx)
 			if !ok {
 				return nil, connect.NewError(connect.CodeInternal, errors.New("no attempt"))

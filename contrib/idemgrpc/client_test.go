@@ -65,7 +65,7 @@ var fastRetries = idemgrpc.WithBackoff(time.Millisecond, 5*time.Millisecond)
 func TestClientSameKeyAcrossRetries(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var log keyLog
-		s := startServer(t, b.guard(), failing(&log, 2))
+		s := startServer(t, b.Guard(), failing(&log, 2))
 		conn := dial(t, s, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(fastRetries)))
 		out := &wrapperspb.StringValue{}
 		require.NoError(t, conn.Invoke(t.Context(), methodCharge, request(t, map[string]any{"amount": 1}), out))
@@ -80,7 +80,7 @@ func TestClientSameKeyAcrossRetries(t *testing.T) {
 func TestClientUnderGRPCRetryPolicy(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var log keyLog
-		s := startServer(t, b.guard(), failing(&log, 2))
+		s := startServer(t, b.Guard(), failing(&log, 2))
 		conn := dial(t, s,
 			grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.WithMaxAttempts(1))),
 			grpc.WithDefaultServiceConfig(`{"methodConfig": [{"name": [{"service": "idemtest.Payments"}],
@@ -129,7 +129,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		started, release := make(chan struct{}), make(chan struct{})
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			close(started)
 			<-release

@@ -21,7 +21,7 @@ import (
 func TestRequiredAndOptionalKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		}, idemgrpc.WithRequiredKey(methodCharge))
@@ -39,7 +39,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 			require.False(t, r.replayed)
 		}
 		require.EqualValues(t, 2, runs.load())
-		keys, err := b.rdb.Keys(t.Context(), "*").Result()
+		keys, err := b.Client.Keys(t.Context(), "*").Result()
 		require.NoError(t, err)
 		require.Empty(t, keys, "a call without a key touched Redis")
 	})
@@ -48,7 +48,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
@@ -94,7 +94,7 @@ func TestTwoTenants(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("for " + tenantOf(ctx)), nil
 		}, idemgrpc.WithScope(tenantOf))
@@ -123,7 +123,7 @@ func TestTwoTenants(t *testing.T) {
 
 func TestReplayKeepsType(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			switch method {
 			case methodCharge:
 				return structpb.NewStruct(map[string]any{"id": "ch_1", "amount": 1000, "tags": []any{"a", true}})
@@ -163,7 +163,7 @@ func TestKeyFuncAIP155(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			return wrapperspb.Int64(runs.inc()), nil
 		}, idemgrpc.WithKeyFunc(requestID))
 		conn := dial(t, s)
@@ -191,7 +191,7 @@ func TestKeyFuncAIP155(t *testing.T) {
 func TestSameKeyOtherMethodRuns(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String(method), nil
 		})
