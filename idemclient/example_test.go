@@ -10,28 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hashicorp/go-retryablehttp"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemtest"
 )
 
-// newExampleGuard starts an embedded Redis (miniredis) for the server side
-// of the examples.
-func newExampleGuard() (*idem.Guard, func()) {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return idem.New(idem.NewRedisStore(rdb)), func() { rdb.Close(); m.Close() }
-}
-
 func ExampleNewTransport() {
-	g, stop := newExampleGuard()
-	defer stop()
+	g := idemtest.NewGuard() // the server's side; in production on Redis
 
 	var charges atomic.Int64
 	api := g.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,8 +61,7 @@ func ExampleNewTransport() {
 // must come from the caller, made with NewKey when the intent is created and
 // passed with WithKey on every attempt.
 func ExampleNewTransport_retryablehttp() {
-	g, stop := newExampleGuard()
-	defer stop()
+	g := idemtest.NewGuard() // the server's side; in production on Redis
 
 	var charges atomic.Int64
 	api := g.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
