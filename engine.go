@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 // Namespaces keep Do keys, Once ids and HTTP keys apart.
@@ -84,7 +86,7 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 		}
 		return outcome{}, fmt.Errorf("%w: %s", ErrStoreUnavailable, why)
 	}
-	if err := validKey(o.key); err != nil {
+	if err := wire.ValidKey(o.key); err != nil {
 		return outcome{}, err
 	}
 	id := o.id()

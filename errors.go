@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 // Errors returned by the library. Test for them with errors.Is.
@@ -21,7 +23,7 @@ var (
 
 	// ErrInvalidKey reports a key (or Once id) that is empty, longer than 255
 	// bytes, or not printable ASCII.
-	ErrInvalidKey = errors.New("idem: invalid key")
+	ErrInvalidKey = wire.ErrInvalidKey
 
 	// ErrStoreUnavailable reports that the store could not be reached. Unless it
 	// is joined with ErrNotRecorded, the function was not run.

@@ -1,7 +1,6 @@
 package idem_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,45 +56,4 @@ func ExampleGuard_Middleware() {
 	// 201 replayed="true" {"id":"1","status":"paid"}
 	// 422 replayed="" {"type":"https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused","title":"Idempotency key reused","status":422,"detail":"This Idempotency-Key was already used with a different request (method, path, query or body). Use a new key for a new operation; reuse a key only to retry exactly the same request."}
 	// charges: 1
-}
-
-func ExampleNewTransport() {
-	g, stop := newExampleGuard()
-	defer stop()
-
-	var charges atomic.Int64
-	api := g.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		charges.Add(1)
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "paid")
-	}))
-	// The network loses the first answer, after the server processed the
-	// request: the client cannot know whether it was charged.
-	var requests atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) == 1 {
-			api.ServeHTTP(httptest.NewRecorder(), r)
-			panic(http.ErrAbortHandler) // the connection drops
-		}
-		api.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-
-	client := &http.Client{Transport: idem.NewTransport(nil)}
-	// Create the key when the intent is created (the Pay button is shown)
-	// and keep it with the intent; the transport sends it on every attempt.
-	ctx := idem.WithKey(context.Background(), idem.NewKey())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"amount":1000}`))
-	resp, err := client.Do(req)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	fmt.Println(resp.StatusCode, string(b), resp.Header.Get("Idempotent-Replayed"))
-	fmt.Println("requests:", requests.Load(), "charges:", charges.Load())
-	// Output:
-	// 201 paid true
-	// requests: 2 charges: 1
 }

@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 // DefaultKeyHeader is the request header that carries the idempotency key,
 // as named by the IETF draft "The Idempotency-Key HTTP Header Field".
-const DefaultKeyHeader = "Idempotency-Key"
+const DefaultKeyHeader = wire.KeyHeader
 
 // ReplayedHeader is the response header, set to "true", that marks a replayed
 // response (the name Stripe's client libraries read).
@@ -202,7 +204,7 @@ func (m *middleware) key(w http.ResponseWriter, values []string) (string, bool) 
 		writeProblem(w, &probKeyInvalid, "The request has more than one "+m.header+" header; send exactly one.")
 		return "", false
 	}
-	key, err := parseKey(values[0])
+	key, err := wire.ParseKey(values[0])
 	if err != nil {
 		writeProblem(w, &probKeyInvalid, "The "+m.header+" header is invalid ("+strings.TrimPrefix(err.Error(), "idem: ")+"). Send 1 to 255 printable ASCII characters, plain or as a quoted string; a UUID is recommended.")
 		return "", false
@@ -352,7 +354,7 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []by
 			Status: resp.status,
 			Detail: "This request was already processed (status " + strconv.Itoa(resp.status) + "), but its response was too large to store, so it cannot be replayed. Do not retry; look up the result (see Location, if present).",
 		}
-		h.Set("Content-Type", problemContentType)
+		h.Set("Content-Type", wire.ProblemContentType)
 		w.WriteHeader(resp.status)
 		_, _ = w.Write(p.marshal())
 		return true

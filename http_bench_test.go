@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -181,7 +182,7 @@ func BenchmarkRecordMemoryHTTP(b *testing.B) {
 	for b.Loop() {
 		r := httptest.NewRequest(http.MethodPost, "/payments", bytes.NewReader(benchBody))
 		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Idempotency-Key", idem.NewKey())
+		r.Header.Set("Idempotency-Key", idemclient.NewKey())
 		h.ServeHTTP(&discardWriter{h: http.Header{}}, r)
 	}
 	keys, err := c.Keys(ctx, prefix+":*").Result()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // TestMiddlewareDuplicateJSONNames: bodies whose objects repeat a member
@@ -29,7 +30,7 @@ func TestMiddlewareDuplicateJSONNames(t *testing.T) {
 			{`{"to":{"iban":"A","iban":"B"}}`, `{"to":{"iban":"B","iban":"A"}}`},
 			{`{"amount":1,"amount":1000}`, `{"amount":1, "amount":1000}`},
 		} {
-			key := idem.NewKey()
+			key := idemclient.NewKey()
 			q := req{key: key, body: tc.first, contentType: "application/json"}
 			rec := serve(h, q)
 			require.Equal(t, http.StatusCreated, rec.Code, tc.first)

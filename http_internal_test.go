@@ -7,15 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestIsToken(t *testing.T) {
-	for s, want := range map[string]bool{
-		"POST": true, "M-SEARCH": true, "x!#$%&'*+-.^_`|~9": true,
-		"": false, "PO ST": false, "POST\r": false, "a:b": false, "(x)": false, "P\u00d6ST": false, `"a"`: false, "a/b": false,
-	} {
-		require.Equal(t, want, isToken(s), "%q", s)
-	}
-}
-
 // TestRetrySeconds: Retry-After in whole seconds, rounded up, at least 1.
 func TestRetrySeconds(t *testing.T) {
 	for d, want := range map[time.Duration]string{

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 const (
@@ -96,7 +98,7 @@ func WithMethods(methods ...string) HTTPOption {
 		for _, m := range methods {
 			upper := strings.ToUpper(m)
 			switch {
-			case !isToken(m):
+			case !wire.IsToken(m):
 				c.fail("WithMethods: %q is not an HTTP method (RFC 9110 token)", m)
 			case slices.Contains(safeMethods, upper):
 				c.fail("WithMethods: %s is a safe method and needs no idempotency key", upper)
@@ -105,20 +107,6 @@ func WithMethods(methods ...string) HTTPOption {
 			}
 		}
 	}
-}
-
-// isToken reports whether s is an RFC 9110 token: one or more tchar.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // WithOptionalKey lets requests without a key through to the handler,
@@ -157,7 +145,7 @@ func DefaultCacheStatus(code int) bool {
 // DefaultKeyHeader, Idempotency-Key.
 func WithKeyHeader(name string) HTTPOption {
 	return func(c *httpConfig) {
-		if !isToken(name) {
+		if !wire.IsToken(name) {
 			c.fail("WithKeyHeader: invalid header name %q", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
@@ -183,7 +171,7 @@ func WithStoredHeaders(names ...string) HTTPOption {
 		for _, n := range names {
 			n = http.CanonicalHeaderKey(n)
 			switch {
-			case !isToken(n):
+			case !wire.IsToken(n):
 				c.fail("WithStoredHeaders: invalid header name %q", n)
 			case slices.Contains(forbiddenStoredHeaders, n):
 				c.fail("WithStoredHeaders: %s is never stored", n)

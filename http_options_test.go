@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // TestMiddlewareEmptyScopeFailsClosed: a scope function that returns ""
@@ -87,7 +88,7 @@ func TestMiddlewareRetryAfterIsAPollHint(t *testing.T) {
 					gopts = append(gopts, idem.WithLease(tc.lease))
 				}
 				h := b.guard(t, gopts...).Middleware(tc.opts...)(app)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				done := make(chan *httptest.ResponseRecorder)
 				go func() { done <- serve(h, req{key: key, path: "/hold"}) }()
 				<-app.started
@@ -125,7 +126,7 @@ func TestMiddlewareRouteWait(t *testing.T) {
 				app := newTestApp()
 				store := &busyStore{Store: b.store(), busy: make(chan struct{}, 1)}
 				h := idem.New(store, append([]idem.Option{quiet}, tc.guard...)...).Middleware(tc.route...)(app)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				first := make(chan *httptest.ResponseRecorder)
 				go func() { first <- serve(h, req{key: key, path: "/hold"}) }()
 				<-app.started

@@ -3,7 +3,6 @@ package idem
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"hash"
 	"io"
 	"math"
@@ -12,49 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 )
-
-// parseKey returns the key in a header value: the value itself, or the
-// content of an RFC 8941 string ("quoted", with \" and \\ escapes).
-func parseKey(v string) (string, error) {
-	if len(v) == 0 || v[0] != '"' {
-		return v, validKey(v)
-	}
-	var (
-		b       []byte // only when the string has escapes
-		escaped bool
-	)
-	for i := 1; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '\\':
-			i++
-			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
-				return "", fmt.Errorf("%w: invalid escape in quoted string", ErrInvalidKey)
-			}
-			if !escaped {
-				escaped = true
-				b = append(make([]byte, 0, len(v)), v[1:i-1]...)
-			}
-			b = append(b, v[i])
-		case c == '"':
-			if i != len(v)-1 {
-				return "", fmt.Errorf("%w: text after the closing quote", ErrInvalidKey)
-			}
-			key := v[1:i]
-			if escaped {
-				key = string(b)
-			}
-			return key, validKey(key)
-		case c < 0x20 || c > 0x7e:
-			return "", fmt.Errorf("%w: byte %#x is not printable ASCII", ErrInvalidKey, c)
-		default:
-			if escaped {
-				b = append(b, c)
-			}
-		}
-	}
-	return "", fmt.Errorf("%w: quoted string without a closing quote", ErrInvalidKey)
-}
 
 // readBody reads r's body, up to max bytes, into buf (a buffer to reuse, of
 // length 0, or nil). status is 413 when the body is larger than max, 400 when

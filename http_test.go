@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -597,7 +598,7 @@ func TestMiddlewareLostAnswer(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 
-		client := &http.Client{Transport: idem.NewTransport(nil, idem.WithBackoff(time.Millisecond, time.Millisecond))}
+		client := &http.Client{Transport: idemclient.NewTransport(nil, idemclient.WithBackoff(time.Millisecond, time.Millisecond))}
 		resp, err := client.Post(srv.URL+"/pay", "application/json", strings.NewReader(`{"amount":1000}`))
 		require.NoError(t, err)
 		defer resp.Body.Close()

@@ -11,7 +11,6 @@ const (
 	defaultLease        = 30 * time.Second
 	defaultRetention    = 24 * time.Hour
 	minLease            = 30 * time.Millisecond
-	maxKeyLen           = 255
 	defaultWriteTimeout = 5 * time.Second
 	minWriteTimeout     = 10 * time.Millisecond
 )

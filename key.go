@@ -14,23 +14,6 @@ import (
 // for one message.
 var onceFingerprint = fingerprint(nil)
 
-// validKey reports why key is not a valid idempotency key, wrapping
-// ErrInvalidKey, or nil when it is valid.
-func validKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
-	case len(key) > maxKeyLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), maxKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: byte %#x at %d is not printable ASCII", ErrInvalidKey, c, i)
-		}
-	}
-	return nil
-}
-
 // fingerprint returns the first 128 bits of the SHA-256 of b, base64url encoded.
 func fingerprint(b []byte) string {
 	sum := sha256.Sum256(b)

@@ -3,16 +3,16 @@ package idem
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 // problemBase is where the problem types are explained.
 const problemBase = "https://github.com/idemkit/idem/blob/main/docs/http.md#"
 
-const problemContentType = "application/problem+json"
-
 // problemKind is a kind of problem (RFC 9457) the middleware answers with.
-// The type URIs are part of the contract: clients (NewTransport among them)
-// match them.
+// The type URIs are part of the contract: clients (idemclient.NewTransport
+// among them) match them.
 type problemKind struct {
 	status int
 	typ    string
@@ -25,7 +25,7 @@ var (
 	probBodyUnreadable   = problemKind{http.StatusBadRequest, problemBase + "body-unreadable", "Request body unreadable"}
 	probBodyTooLarge     = problemKind{http.StatusRequestEntityTooLarge, problemBase + "body-too-large", "Request body too large"}
 	probKeyReused        = problemKind{http.StatusUnprocessableEntity, problemBase + "key-reused", "Idempotency key reused"}
-	probInProgress       = problemKind{http.StatusConflict, problemBase + "in-progress", "Request in progress"}
+	probInProgress       = problemKind{http.StatusConflict, wire.InProgressProblem, "Request in progress"}
 	probUnavailable      = problemKind{http.StatusServiceUnavailable, problemBase + "store-unavailable", "Idempotency store unavailable"}
 	probStoredUnreadable = problemKind{http.StatusInternalServerError, problemBase + "response-unreadable", "Stored response unreadable"}
 	probScopeMissing     = problemKind{http.StatusInternalServerError, problemBase + "scope-missing", "Idempotency scope missing"}
@@ -52,7 +52,7 @@ func (p problem) marshal() []byte {
 // writeProblem answers with a problem of kind k.
 func writeProblem(w http.ResponseWriter, k *problemKind, detail string) {
 	h := w.Header()
-	h.Set("Content-Type", problemContentType)
+	h.Set("Content-Type", wire.ProblemContentType)
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(k.status)
 	_, _ = w.Write(problem{Type: k.typ, Title: k.title, Status: k.status, Detail: detail}.marshal())

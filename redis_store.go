@@ -105,7 +105,8 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 // start-up to verify the server. A nil client or a go-redis Ring makes every
 // method fail with a clear error wrapping ErrStoreUnavailable (fail closed).
 // NewRedisStore panics on a malformed option, as Guard.Middleware and
-// NewTransport do; durations and sizes are clamped as each option says.
+// idemclient.NewTransport do; durations and sizes are clamped as each option
+// says.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c)}
 	for _, o := range opts {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsql"
 )
 
@@ -144,7 +145,7 @@ func idemSQLVariants(e *env, dbs [4]*sql.DB, counts [4]*queryCounter, clients in
 	// design's primary key is as scattered as idemsql's, whose ids are hashes.
 	sqlV = &variant{name: "SQL design (database/sql)", clients: clients, rt: &counts[0].n,
 		op: func(ctx context.Context, w int, seq uint64) error {
-			_, err := sqlDesignDB(ctx, dbs[0], idem.NewKey(), theReq, rawPayload)
+			_, err := sqlDesignDB(ctx, dbs[0], idemclient.NewKey(), theReq, rawPayload)
 			return err
 		}}
 	rc, _ := e.client(0, clients)

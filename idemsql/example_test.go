@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsql"
 )
 
@@ -47,7 +48,7 @@ func ExampleTx() {
 		})
 	}
 
-	key := idem.NewKey() // made by the client, reused on every retry
+	key := idemclient.NewKey() // made by the client, reused on every retry
 	p, err := idem.Do(ctx, g, key, "pay 1000", pay)
 	fmt.Println(p, err)
 	mr.FlushAll() // Redis forgets (a failover before replication)

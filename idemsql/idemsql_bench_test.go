@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemsql"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkTx(b *testing.B) {
 			b.Run("idemsql.Tx", func(b *testing.B) {
 				b.ReportAllocs()
 				a := &idem.Attempt{Key: "bench", Fence: 1}
-				prefix, n := idem.NewKey(), 0
+				prefix, n := idemclient.NewKey(), 0
 				for b.Loop() {
 					n++
 					a.ID = prefix + strconv.Itoa(n)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -103,7 +104,7 @@ func ExampleParallel() {
 		w.WriteHeader(http.StatusCreated)
 	})
 	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":1000}`))
-	r.Header.Set("Idempotency-Key", idem.NewKey())
+	r.Header.Set("Idempotency-Key", idemclient.NewKey())
 
 	res := idemtest.Parallel(16, r, g.Middleware(), payments)
 	fmt.Println("handler ran:", res.Ran)

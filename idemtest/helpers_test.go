@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
@@ -164,7 +165,7 @@ func TestParallel(t *testing.T) {
 	newReq := func() *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":1}`))
 		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Idempotency-Key", idem.NewKey())
+		r.Header.Set("Idempotency-Key", idemclient.NewKey())
 		return r
 	}
 	tests := []struct {

@@ -11,8 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/backendtest"
 )
 
 // BenchmarkInterceptor measures a unary Connect call over loopback TCP: a
@@ -22,19 +23,19 @@ import (
 func BenchmarkInterceptor(b *testing.B) {
 	addr := ""
 	if _, err := exec.LookPath("redis-server"); err == nil {
-		addr, _ = startRedisServer(b)
+		addr = backendtest.RedisServer(b)
 	} else {
 		addr = miniredis.RunT(b).Addr()
 		b.Log("redis-server not on PATH: on miniredis")
 	}
-	back := newBackend(b, addr, nil)
+	back := backendtest.NewKillable(b, addr, nil)
 	h := func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 		return structpb.NewStruct(map[string]any{"receipt": "rc_1", "amount": 1000})
 	}
 	req, err := structpb.NewStruct(map[string]any{"amount": 1000, "currency": "EUR"})
 	require.NoError(b, err)
 	bare := newClient(b, startServer(b, nil, h))
-	guarded := newClient(b, startServer(b, back.guard(), h))
+	guarded := newClient(b, startServer(b, back.Guard(), h))
 
 	run := func(b *testing.B, c *client, key func() string) {
 		b.ReportAllocs()
@@ -48,8 +49,8 @@ func BenchmarkInterceptor(b *testing.B) {
 			}
 		}
 	}
-	replayKey := idem.NewKey()
+	replayKey := idemclient.NewKey()
 	b.Run("bare", func(b *testing.B) { run(b, bare, nil) })
-	b.Run("fresh", func(b *testing.B) { run(b, guarded, idem.NewKey) })
+	b.Run("fresh", func(b *testing.B) { run(b, guarded, idemclient.NewKey) })
 	b.Run("replay", func(b *testing.B) { run(b, guarded, func() string { return replayKey }) })
 }

@@ -5,36 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	mrand "math/rand/v2"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/idemkit/idem"
-)
-
-const (
-	defaultAttempts   = 5
-	defaultBackoff    = 200 * time.Millisecond
-	defaultBackoffCap = 10 * time.Second
-	// maxRetryDelay is the longest RetryInfo delay the client waits for; an
-	// error asking for more is returned at once.
-	maxRetryDelay = 30 * time.Second
+	"github.com/idemkit/idem/internal/rpcidem"
 )
 
 // ClientOption configures NewClientInterceptor.
 type ClientOption func(*clientConfig)
 
-type clientConfig struct {
-	attempts int
-	backoff  backoff
-}
+type clientConfig = rpcidem.ClientConfig
 
 // WithMaxAttempts sets how many times one call is sent at most, the first
 // time included. The default is 5; values below 1 mean 1 (no retry).
 func WithMaxAttempts(n int) ClientOption {
-	return func(c *clientConfig) { c.attempts = max(n, 1) }
+	return func(c *clientConfig) { c.SetMaxAttempts(n) }
 }
 
 // WithBackoff sets the exponential backoff between attempts when the error
@@ -43,19 +30,14 @@ func WithMaxAttempts(n int) ClientOption {
 // are 200ms and 10s; a base of zero or less keeps the default base, and a
 // limit below the base is raised to it.
 func WithBackoff(base, limit time.Duration) ClientOption {
-	return func(c *clientConfig) {
-		if base > 0 {
-			c.backoff.base = base
-		}
-		c.backoff.limit = limit
-	}
+	return func(c *clientConfig) { c.SetBackoff(base, limit) }
 }
 
 // ClientInterceptor is a connect.Interceptor for clients that sends an
 // idempotency key with each unary call and retries with it; see
 // NewClientInterceptor.
 type ClientInterceptor struct {
-	clientConfig
+	c *rpcidem.Client
 }
 
 var _ connect.Interceptor = (*ClientInterceptor)(nil)
@@ -65,8 +47,8 @@ var _ connect.Interceptor = (*ClientInterceptor)(nil)
 //
 // Each call carries an idempotency key in its KeyHeader header: the call's
 // own, when its request (or its connect.CallInfo) already has one, sent as
-// it is; else the key set by idem.WithKey on the call's context; else a new
-// key made by idem.NewKey for this call. A key from the context that is not
+// it is; else the key set by idemclient.WithKey on the call's context; else a new
+// key made by idemclient.NewKey for this call. A key from the context that is not
 // 1 to 255 bytes of printable ASCII fails the call with CodeInvalidArgument,
 // at once; the error also matches idem.ErrInvalidKey under errors.Is.
 //
@@ -82,14 +64,7 @@ var _ connect.Interceptor = (*ClientInterceptor)(nil)
 // code (CodeDeadlineExceeded or CodeCanceled). Every other error, and the
 // last attempt's, is returned as it is.
 func NewClientInterceptor(opts ...ClientOption) *ClientInterceptor {
-	c := clientConfig{attempts: defaultAttempts, backoff: backoff{base: defaultBackoff, limit: defaultBackoffCap}}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	c.backoff.limit = max(c.backoff.limit, c.backoff.base)
-	return &ClientInterceptor{clientConfig: c}
+	return &ClientInterceptor{rpcidem.NewClient(opts)}
 }
 
 // WrapStreamingClient returns next: streams get no key and no retries.
@@ -111,72 +86,52 @@ func (c *ClientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		}
 		h := req.Header()
 		if len(h.Values(KeyHeader)) == 0 {
-			key, ok := idem.KeyFrom(ctx)
-			if !ok {
-				key = idem.NewKey()
-			} else if err := validKey(key); err != nil {
-				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idemconnect: the key set by idem.WithKey cannot be sent: %w", err))
+			key, err := rpcidem.SendKey(ctx)
+			if err != nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("idemconnect: the key set by idemclient.WithKey cannot be sent: %w", err))
 			}
 			h.Set(KeyHeader, key)
 		}
 		sent := h.Clone() // a transport may add headers to the request's own
-		for attempt := 1; ; attempt++ {
+		var resp connect.AnyResponse
+		err, ended := c.c.Retry(ctx, func(attempt int) error {
 			if attempt > 1 {
 				clear(h)
 				maps.Copy(h, sent.Clone())
 			}
-			resp, err := next(ctx, req)
-			if err == nil || attempt >= c.attempts || ctx.Err() != nil {
-				return resp, err
-			}
-			wait, retry := c.retryWait(err, attempt)
-			if !retry {
-				return resp, err
-			}
-			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
-				return resp, err // the deadline would end the wait: the server's answer says more
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctxError(ctx)
-			case <-t.C:
-			}
+			var err error
+			resp, err = next(ctx, req)
+			return err
+		}, failure)
+		if ended {
+			return nil, ctxError(err)
 		}
+		return resp, err
 	}
 }
 
-// ctxError returns the ended context's error as a Connect error.
-func ctxError(ctx context.Context) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+// ctxError returns an ended context's error as a Connect error.
+func ctxError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
-	return connect.NewError(connect.CodeCanceled, ctx.Err())
+	return connect.NewError(connect.CodeCanceled, err)
 }
 
-// retryWait returns how long to wait before retrying after err, and whether
-// to retry at all.
-func (c *clientConfig) retryWait(err error, attempt int) (time.Duration, bool) {
+// failure reads a failed call's code and RetryInfo.
+func failure(err error) (rpcidem.Failure, bool) {
 	var ce *connect.Error
 	if !errors.As(err, &ce) || ce == nil {
-		return 0, false
+		return rpcidem.Failure{}, false
 	}
-	var info *errdetails.RetryInfo
+	f := rpcidem.Failure{Code: uint32(ce.Code())}
 	for _, d := range ce.Details() {
 		if v, err := d.Value(); err == nil {
 			if ri, ok := v.(*errdetails.RetryInfo); ok {
-				info = ri
+				f.RetryDelay, f.HasRetryInfo = ri.GetRetryDelay().AsDuration(), true
 				break
 			}
 		}
 	}
-	switch code := ce.Code(); {
-	case info != nil && (code == connect.CodeUnavailable || code == connect.CodeAborted):
-		d := info.GetRetryDelay().AsDuration()
-		return max(d, 0), d <= maxRetryDelay
-	case code == connect.CodeUnavailable:
-		return c.backoff.jittered(attempt, mrand.Int64N), true
-	}
-	return 0, false
+	return f, true
 }

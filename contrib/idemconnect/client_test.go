@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // keyLog records the key of every call a handler sees.
@@ -73,14 +74,14 @@ func TestClientSameKeyAcrossRetries(t *testing.T) {
 			opt  connect.ClientOption
 		}{{"connect", connect.WithProtoJSON()}, {"grpc", connect.WithGRPC()}} {
 			var log keyLog
-			s := startServer(t, b.guard(), failing(&log, 2))
+			s := startServer(t, b.Guard(), failing(&log, 2))
 			c := newClient(t, s, retrying(fastRetries), protocol.opt)
 			r := c.invoke(t.Context(), methodRefund, "", request(t, map[string]any{"amount": 1}))
 			require.NoError(t, r.err, protocol.name)
 			require.Equal(t, "done", r.msg.(*wrapperspb.StringValue).GetValue())
 			keys := log.all()
 			require.Len(t, keys, 3, protocol.name)
-			require.Len(t, keys[0], 36, "a key made by idem.NewKey")
+			require.Len(t, keys[0], 36, "a key made by idemclient.NewKey")
 			require.Equal(t, []string{keys[0], keys[0], keys[0]}, keys, protocol.name)
 		}
 	})
@@ -100,9 +101,9 @@ func TestClientKeys(t *testing.T) {
 		return c.invoke(ctx, methodRefund, key, req).err
 	}
 
-	require.NoError(t, callWith(idem.WithKey(t.Context(), "from-context"), ""))
-	require.NoError(t, callWith(idem.WithKey(t.Context(), "from-context"), "the call's own"))
-	ctx, info := connect.NewClientContext(idem.WithKey(t.Context(), "from-context"))
+	require.NoError(t, callWith(idemclient.WithKey(t.Context(), "from-context"), ""))
+	require.NoError(t, callWith(idemclient.WithKey(t.Context(), "from-context"), "the call's own"))
+	ctx, info := connect.NewClientContext(idemclient.WithKey(t.Context(), "from-context"))
 	info.RequestHeader().Set(idemconnect.KeyHeader, "in the call info")
 	require.NoError(t, callWith(ctx, ""))
 	require.NoError(t, callWith(t.Context(), ""))
@@ -113,7 +114,7 @@ func TestClientKeys(t *testing.T) {
 	require.Len(t, keys[4], 36)
 	require.NotEqual(t, keys[3], keys[4], "one new key per call")
 
-	err := callWith(idem.WithKey(t.Context(), ""), "")
+	err := callWith(idemclient.WithKey(t.Context(), ""), "")
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 	require.ErrorIs(t, err, idem.ErrInvalidKey)
 	require.EqualValues(t, 5, runs.load(), "an invalid key is refused before the call")
@@ -123,7 +124,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		started, release := make(chan struct{}), make(chan struct{})
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			close(started)
 			<-release
@@ -131,7 +132,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 		}, idemconnect.WithRetryDelay(20*time.Millisecond))
 		plain := newClient(t, s)
 		retry := newClient(t, s, retrying(idemconnect.WithMaxAttempts(100)))
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		first := make(chan reply, 1)
 		go func() { first <- plain.invoke(t.Context(), methodRefund, key, req) }()
@@ -142,7 +143,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 			}
 			close(release)
 		}()
-		r := retry.invoke(idem.WithKey(t.Context(), key), methodRefund, "", req)
+		r := retry.invoke(idemclient.WithKey(t.Context(), key), methodRefund, "", req)
 		require.NoError(t, r.err)
 		require.Equal(t, "first", r.msg.(*wrapperspb.StringValue).GetValue())
 		require.True(t, r.replayed)

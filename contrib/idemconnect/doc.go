@@ -81,7 +81,7 @@
 // # Client contract
 //
 // NewClientInterceptor attaches the key (the call's own header, else
-// idem.WithKey's, else a new idem.NewKey per call) and retries unavailable,
+// idemclient.WithKey's, else a new idemclient.NewKey per call) and retries unavailable,
 // and aborted with errdetails.RetryInfo, with the same key, honouring the
 // RetryInfo delay, with capped exponential backoff and full jitter, within
 // the call's deadline.

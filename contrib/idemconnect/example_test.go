@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func ExampleNewServerInterceptor() {
@@ -51,7 +52,7 @@ func ExampleNewServerInterceptor() {
 	// The client: one key per payment, sent on every retry.
 	client := connect.NewClient[structpb.Struct, structpb.Struct](srv.Client(), srv.URL+procedure,
 		connect.WithInterceptors(idemconnect.NewClientInterceptor()))
-	ctx := idem.WithKey(context.Background(), "8e03978e-40d5-43e8-bc93-6894a57f9324")
+	ctx := idemclient.WithKey(context.Background(), "8e03978e-40d5-43e8-bc93-6894a57f9324")
 
 	for _, amount := range []float64{1000, 1000, 5000} {
 		req, _ := structpb.NewStruct(map[string]any{"amount": amount})

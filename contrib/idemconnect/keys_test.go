@@ -12,14 +12,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestRequiredAndOptionalKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		}, idemconnect.WithRequiredKey(methodRefund, methodList))
@@ -56,7 +56,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 		}
 		require.EqualValues(t, 3, s.streams.Load())
 
-		keys, err := b.rdb.Keys(t.Context(), "*").Result()
+		keys, err := b.Client.Keys(t.Context(), "*").Result()
 		require.NoError(t, err)
 		require.Empty(t, keys, "a call without a key, or a stream, touched Redis")
 	})
@@ -65,7 +65,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
@@ -111,12 +111,12 @@ func TestTwoTenants(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("for " + tenantOf(ctx)), nil
 		}, idemconnect.WithScope(tenantOf))
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		as := func(tenant string) reply {
 			r := connect.NewRequest(req)
@@ -149,7 +149,7 @@ func TestTwoTenants(t *testing.T) {
 
 func TestReplayKeepsType(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			switch method {
 			case methodCharge:
 				return structpb.NewStruct(map[string]any{"id": "ch_1", "amount": 1000, "tags": []any{"a", true}})
@@ -170,7 +170,7 @@ func TestReplayKeepsType(t *testing.T) {
 				{methodPing, "google.protobuf.Empty"},
 			} {
 				before := len(s.answerTypes())
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				first := c.invoke(t.Context(), tc.method, key, req)
 				second := c.invoke(t.Context(), tc.method, key, req)
 				require.NoError(t, first.err, protocol.name)
@@ -190,21 +190,21 @@ func TestKeyFuncAIP155(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			return wrapperspb.String(strings.Repeat("x", int(runs.inc()))), nil
 		}, idemconnect.WithKeyFunc(requestID))
 		c := newClient(t, s)
-		req := request(t, map[string]any{"amount": 1, "request_id": idem.NewKey()})
+		req := request(t, map[string]any{"amount": 1, "request_id": idemclient.NewKey()})
 		first := c.invoke(t.Context(), methodRefund, "", req)
 		// The field wins over the header.
-		second := c.invoke(t.Context(), methodRefund, idem.NewKey(), req)
+		second := c.invoke(t.Context(), methodRefund, idemclient.NewKey(), req)
 		require.NoError(t, first.err)
 		require.True(t, second.replayed)
 		require.True(t, proto.Equal(first.msg, second.msg))
 
 		// No request_id: the header's key.
 		plain := request(t, map[string]any{"amount": 1})
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.False(t, c.invoke(t.Context(), methodRefund, key, plain).replayed)
 		require.True(t, c.invoke(t.Context(), methodRefund, key, plain).replayed)
 		require.EqualValues(t, 2, runs.load())
@@ -218,7 +218,7 @@ func TestKeyFuncAIP155(t *testing.T) {
 func TestSameKeyOtherMethodRuns(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			if method == methodPing {
 				return &emptypb.Empty{}, nil
@@ -226,7 +226,7 @@ func TestSameKeyOtherMethodRuns(t *testing.T) {
 			return wrapperspb.String(method), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		for _, m := range []string{methodRefund, methodPing, methodRefund, methodPing} {
 			r := c.invoke(t.Context(), m, key, req)

@@ -3,17 +3,17 @@ package idemconnect
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/rpcidem"
 )
 
 // KeyHeader is the request header that carries the idempotency key: the
@@ -25,21 +25,47 @@ const KeyHeader = "Idempotency-Key"
 // value is "true".
 const ReplayedHeader = "Idempotent-Replayed"
 
-const defaultRetryDelay = time.Second
+// ErrorDomain is the domain of the errdetails.ErrorInfo that idem's own
+// errors carry.
+const ErrorDomain = rpcidem.ErrorDomain
+
+// Reasons of the errdetails.ErrorInfo that idem's own errors carry; a client
+// may branch on them.
+const (
+	// ReasonKeyMissing: a procedure named in WithRequiredKey was called
+	// without a key (CodeInvalidArgument).
+	ReasonKeyMissing = rpcidem.ReasonKeyMissing
+	// ReasonKeyInvalid: the key is empty, longer than 255 bytes, not
+	// printable ASCII, or sent twice (CodeInvalidArgument).
+	ReasonKeyInvalid = rpcidem.ReasonKeyInvalid
+	// ReasonKeyReused: the key was first used with another request
+	// (CodeInvalidArgument). Do not retry: a new operation needs a new key.
+	ReasonKeyReused = rpcidem.ReasonKeyReused
+	// ReasonInProgress: the first call with this key still runs
+	// (CodeAborted, with an errdetails.RetryInfo). Retry with the same key.
+	ReasonInProgress = rpcidem.ReasonInProgress
+	// ReasonStoreUnavailable: the idempotency store is unreachable, so the
+	// call was not run (CodeUnavailable). Retry with the same key.
+	ReasonStoreUnavailable = rpcidem.ReasonStoreUnavailable
+	// ReasonScopeMissing: the server's WithScope returned "" (CodeInternal).
+	ReasonScopeMissing = rpcidem.ReasonScopeMissing
+	// ReasonStoredUnreadable: the call was already run but its stored answer
+	// cannot be read (CodeInternal). Do not retry; look up the outcome.
+	ReasonStoredUnreadable = rpcidem.ReasonStoredUnreadable
+)
 
 // ServerOption configures NewServerInterceptor.
 type ServerOption func(*serverConfig)
 
-type serverConfig struct {
-	scope    func(ctx context.Context) string
-	required map[string]bool
-	keyFunc  func(ctx context.Context, req any) (string, bool)
-	retry    time.Duration
-	errs     []string
-}
+type serverConfig = rpcidem.ServerConfig
 
-func (c *serverConfig) fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+var protocol = &rpcidem.Protocol{
+	Package:     "idemconnect",
+	Constructor: "NewServerInterceptor",
+	Method:      "procedure",
+	FullMethod:  "procedure",
+	KeyName:     KeyHeader,
+	KeyPlace:    "header",
 }
 
 // WithScope sets the function that returns the scope of a call's key: the
@@ -52,12 +78,7 @@ func (c *serverConfig) fail(format string, args ...any) {
 // gets CodeInternal (ReasonScopeMissing), the handler does not run and the
 // store is not asked. It runs only for calls that carry a key.
 func WithScope(f func(ctx context.Context) string) ServerOption {
-	return func(c *serverConfig) {
-		if f == nil {
-			c.fail("WithScope(nil)")
-		}
-		c.scope = f
-	}
+	return func(c *serverConfig) { c.SetScope(f) }
 }
 
 // WithRequiredKey names the procedures ("/pkg.Service/Method") that must
@@ -67,21 +88,7 @@ func WithScope(f func(ctx context.Context) string) ServerOption {
 // several options add up. No procedure, or a name that is not a procedure,
 // makes NewServerInterceptor panic.
 func WithRequiredKey(procedures ...string) ServerOption {
-	return func(c *serverConfig) {
-		if len(procedures) == 0 {
-			c.fail("WithRequiredKey with no procedure")
-		}
-		for _, m := range procedures {
-			if i := strings.LastIndexByte(m, '/'); i <= 1 || m[0] != '/' || i == len(m)-1 {
-				c.fail("WithRequiredKey: %q is not a procedure (/pkg.Service/Method)", m)
-				continue
-			}
-			if c.required == nil {
-				c.required = make(map[string]bool)
-			}
-			c.required[m] = true
-		}
-	}
+	return func(c *serverConfig) { c.Require(protocol, procedures) }
 }
 
 // WithKeyFunc sets a function that finds the key in the call, e.g. in an
@@ -90,12 +97,7 @@ func WithRequiredKey(procedures ...string) ServerOption {
 // validated like any key); when it reports false, the key is read from the
 // KeyHeader header as usual.
 func WithKeyFunc(f func(ctx context.Context, req any) (string, bool)) ServerOption {
-	return func(c *serverConfig) {
-		if f == nil {
-			c.fail("WithKeyFunc(nil)")
-		}
-		c.keyFunc = f
-	}
+	return func(c *serverConfig) { c.SetKeyFunc(f) }
 }
 
 // WithRetryDelay sets the delay, sent in an errdetails.RetryInfo, after which
@@ -104,19 +106,14 @@ func WithKeyFunc(f func(ctx context.Context, req any) (string, bool)) ServerOpti
 // the first call's lease. The default is 1s; zero or negative means the
 // default.
 func WithRetryDelay(d time.Duration) ServerOption {
-	return func(c *serverConfig) {
-		if d > 0 {
-			c.retry = d
-		}
-	}
+	return func(c *serverConfig) { c.SetRetryDelay(d) }
 }
 
 // ServerInterceptor is a connect.Interceptor for handlers that runs each
 // unary call carrying an idempotency key at most once; see
 // NewServerInterceptor.
 type ServerInterceptor struct {
-	g *idem.Guard
-	serverConfig
+	s *rpcidem.Server[proto.Message, *spb.Status]
 }
 
 var _ connect.Interceptor = (*ServerInterceptor)(nil)
@@ -131,19 +128,7 @@ var _ connect.Interceptor = (*ServerInterceptor)(nil)
 // NewServerInterceptor panics on a nil Guard or invalid options, at
 // construction.
 func NewServerInterceptor(g *idem.Guard, opts ...ServerOption) *ServerInterceptor {
-	if g == nil {
-		panic("idemconnect: NewServerInterceptor with a nil Guard")
-	}
-	c := serverConfig{retry: defaultRetryDelay}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if len(c.errs) > 0 {
-		panic("idemconnect: NewServerInterceptor: " + strings.Join(c.errs, "; "))
-	}
-	return &ServerInterceptor{g: g, serverConfig: c}
+	return &ServerInterceptor{rpcidem.NewServer(protocol, codec, g, opts)}
 }
 
 // WrapStreamingClient returns next: streams are not protected.
@@ -156,112 +141,51 @@ func (s *ServerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return next
 }
 
-// errRelease is what the function given to idem.Do returns for an answer
-// that must not be stored: the key is released.
-var errRelease = errors.New("idemconnect: answer not stored")
-
 // WrapUnary protects a unary handler; on a client it returns next.
 func (s *ServerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		procedure := req.Spec().Procedure
-		key, found, err := s.keyOf(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			if s.required[procedure] {
-				return nil, newError(connect.CodeInvalidArgument, "idem: this procedure needs an idempotency key: create a unique key (a UUID) when the operation is created, send it in the "+KeyHeader+" header and reuse it on every retry", errorInfo(ReasonKeyMissing))
-			}
-			return next(ctx, req)
-		}
-		var scope string
-		if s.scope != nil {
-			if scope = s.scope(ctx); scope == "" {
-				slog.ErrorContext(ctx, "idemconnect: call refused: WithScope returned an empty scope; is authentication in front of the interceptor?", "procedure", procedure)
-				return nil, newError(connect.CodeInternal, "idem: the server could not tell which account this call's idempotency key belongs to, so the call was not run", errorInfo(ReasonScopeMissing))
-			}
-		}
-		msg, ok := req.Any().(proto.Message)
-		if !ok {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("idem: request of type %T is not a protocol buffer message", req.Any()))
-		}
-		fp, err := fingerprint(procedure, msg)
-		if err != nil {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("idem: %w", err))
-		}
-
 		var (
-			ran  bool
 			resp connect.AnyResponse
 			herr error
 		)
-		payload, err := idem.Do(ctx, s.g, opKey(scope, procedure, key), fp, func(ctx context.Context, a *idem.Attempt) ([]byte, error) {
-			ran = true
-			resp, herr = next(withAttempt(ctx, a), req)
+		o := s.s.Run(ctx, req.Spec().Procedure, req.Any(), req.Header().Values(KeyHeader), func(ctx context.Context) ([]byte, error) {
+			resp, herr = next(ctx, req)
 			return record(resp, herr)
 		})
 		switch {
-		case ran:
-			// Stored, released or not recorded (the Guard logged that):
-			// the handler's own answer.
+		case o.Pass:
+			return next(ctx, req)
+		case o.Ran:
 			return resp, herr
-		case err != nil:
-			return nil, s.refuse(ctx, procedure, err)
+		case o.Refused != nil:
+			return nil, refusal(o.Refused)
 		}
-		return replay(ctx, procedure, payload)
-	}
-}
-
-// keyOf returns the call's key and whether it has one, or an
-// InvalidArgument error for an invalid key.
-func (s *ServerInterceptor) keyOf(ctx context.Context, req connect.AnyRequest) (key string, found bool, err error) {
-	if s.keyFunc != nil {
-		if k, ok := s.keyFunc(ctx, req.Any()); ok {
-			if err := validKey(k); err != nil {
-				return "", false, invalidKey(err)
-			}
-			return k, true, nil
+		if o.IsStatus {
+			e := statusError(o.Status)
+			e.Meta().Set(ReplayedHeader, "true")
+			return nil, e
 		}
+		r := connect.NewResponse(&replayedMessage{o.Message})
+		r.Header().Set(ReplayedHeader, "true")
+		return r, nil
 	}
-	values := req.Header().Values(KeyHeader)
-	switch len(values) {
-	case 0:
-		return "", false, nil
-	case 1:
-	default:
-		return "", false, invalidKey(fmt.Errorf("%w: %s sent %d times", idem.ErrInvalidKey, KeyHeader, len(values)))
-	}
-	if key, err = parseKey(values[0]); err != nil {
-		return "", false, invalidKey(err)
-	}
-	return key, true, nil
-}
-
-func invalidKey(err error) error {
-	return newError(connect.CodeInvalidArgument, err.Error()+"; send 1 to 255 printable ASCII characters, a UUID is recommended", errorInfo(ReasonKeyInvalid))
 }
 
 // record returns the payload that stores the handler's answer, or
-// errRelease when the answer must not be stored.
+// rpcidem.ErrRelease when the answer must not be stored.
 func record(resp connect.AnyResponse, err error) ([]byte, error) {
 	if err != nil {
 		st := statusOf(err)
-		if storedCode(uint32(st.GetCode())) || errors.Is(err, idem.ErrPermanent) {
-			return encodeStatus(st)
-		}
-		return nil, errRelease
+		return codec.RecordError(err, uint32(st.GetCode()), st)
 	}
 	if resp == nil {
-		return nil, errRelease
+		return codec.RecordMessage(nil, false)
 	}
 	m, ok := resp.Any().(proto.Message)
-	if !ok {
-		return nil, errRelease
-	}
-	return encodeMessage(m)
+	return codec.RecordMessage(m, ok)
 }
 
 // statusOf returns the code, message and details Connect sends for a
@@ -285,26 +209,26 @@ func statusOf(err error) *spb.Status {
 	return st
 }
 
-// refuse returns the error for a call whose handler did not run.
-func (s *ServerInterceptor) refuse(ctx context.Context, procedure string, err error) error {
-	switch {
-	case errors.Is(err, idem.ErrMismatch):
-		return newError(connect.CodeInvalidArgument, "idem: this idempotency key was already used with a different request; use a new key for a new operation, reuse a key only to retry exactly the same call", errorInfo(ReasonKeyReused))
-	case errors.Is(err, idem.ErrInProgress):
-		d := s.retry
-		if e, ok := errors.AsType[*idem.InProgressError](err); ok {
-			d = max(min(d, e.RetryAfter), time.Millisecond)
-		}
-		return newError(connect.CodeAborted, "idem: a call with this idempotency key is still running; retry after the RetryInfo delay with the same key to get its answer", errorInfo(ReasonInProgress), retryInfo(d))
-	case ctx.Err() != nil:
-		return statusError(statusOf(context.Cause(ctx)))
-	case errors.Is(err, idem.ErrInvalidKey):
-		return invalidKey(err)
-	case errors.Is(err, idem.ErrStoreUnavailable):
-		return newError(connect.CodeUnavailable, "idem: the idempotency store is unreachable, so the call was not run; retry with the same key", errorInfo(ReasonStoreUnavailable))
+// refusal returns the error for a call whose handler did not run.
+func refusal(r *rpcidem.Refusal) error {
+	if r.Cause != nil {
+		return statusError(statusOf(r.Cause))
 	}
-	slog.ErrorContext(ctx, "idemconnect: call refused", "procedure", procedure, "err", err)
-	return connect.NewError(connect.CodeInternal, err)
+	e := connect.NewError(connect.Code(r.Code), errors.New(r.Message))
+	if r.Reason != "" {
+		addDetail(e, &errdetails.ErrorInfo{Reason: r.Reason, Domain: ErrorDomain})
+	}
+	if r.RetryDelay > 0 {
+		addDetail(e, &errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryDelay)})
+	}
+	return e
+}
+
+// addDetail adds a detail to e; idem's details always encode.
+func addDetail(e *connect.Error, m proto.Message) {
+	if d, err := connect.NewErrorDetail(m); err == nil {
+		e.AddDetail(d)
+	}
 }
 
 // replayedMessage is a stored response on its way out: a proto.Message
@@ -312,41 +236,11 @@ func (s *ServerInterceptor) refuse(ctx context.Context, procedure string, err er
 // ProtoReflect).
 type replayedMessage struct{ proto.Message }
 
-// replay returns a stored answer, marked with ReplayedHeader.
-func replay(ctx context.Context, procedure string, payload []byte) (connect.AnyResponse, error) {
-	m, st, err := decodePayload(payload)
-	if err != nil {
-		slog.ErrorContext(ctx, "idemconnect: stored answer does not decode", "procedure", procedure, "err", err)
-		return nil, newError(connect.CodeInternal, "idem: this call was already run, but its stored answer cannot be read; do not retry it, look up the outcome of the operation instead", errorInfo(ReasonStoredUnreadable))
-	}
-	if st != nil {
-		e := statusError(st)
-		e.Meta().Set(ReplayedHeader, "true")
-		return nil, e
-	}
-	resp := connect.NewResponse(&replayedMessage{m})
-	resp.Header().Set(ReplayedHeader, "true")
-	return resp, nil
-}
-
 // statusError returns the Connect error for a status.
 func statusError(st *spb.Status) *connect.Error {
 	e := connect.NewError(connect.Code(st.GetCode()), errors.New(st.GetMessage()))
 	for _, a := range st.GetDetails() {
-		if d, err := connect.NewErrorDetail(a); err == nil {
-			e.AddDetail(d)
-		}
-	}
-	return e
-}
-
-// newError returns one of idem's own errors, with details.
-func newError(code connect.Code, msg string, details ...proto.Message) *connect.Error {
-	e := connect.NewError(code, errors.New(msg))
-	for _, m := range details {
-		if d, err := connect.NewErrorDetail(m); err == nil {
-			e.AddDetail(d)
-		}
+		addDetail(e, a)
 	}
 	return e
 }

@@ -18,18 +18,19 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestDuplicatesRunOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(idem.WithWait(5*time.Second)), func(ctx context.Context, _ string, req *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(idem.WithWait(5*time.Second)), func(ctx context.Context, _ string, req *structpb.Struct) (proto.Message, error) {
 			n := runs.inc()
 			time.Sleep(50 * time.Millisecond)
 			return structpb.NewStruct(map[string]any{"run": float64(n), "amount": req.Fields["amount"].GetNumberValue()})
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1000})
 		const n = 32
 		replies := make([]reply, n)
@@ -55,12 +56,12 @@ func TestDuplicatesRunOnce(t *testing.T) {
 func TestMismatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.NoError(t, c.invoke(t.Context(), methodPing, key, request(t, map[string]any{"amount": 1, "to": "a"})).err)
 		// The same fields built again: deterministic encoding, same request.
 		r := c.invoke(t.Context(), methodPing, key, request(t, map[string]any{"to": "a", "amount": 1}))
@@ -83,14 +84,14 @@ func TestInProgress(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				started, release := make(chan struct{}), make(chan struct{})
 				var runs counter
-				s := startServer(t, b.guard(idem.WithWait(tc.wait)), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+				s := startServer(t, b.Guard(idem.WithWait(tc.wait)), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 					runs.inc()
 					close(started)
 					<-release
 					return wrapperspb.String("first"), nil
 				}, idemconnect.WithRetryDelay(250*time.Millisecond))
 				c := newClient(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 5})
 				first := make(chan reply, 1)
 				go func() { first <- c.invoke(t.Context(), methodRefund, key, req) }()
@@ -155,7 +156,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 		{"plain Go error", errors.New("boom"), false},
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		g := b.guard()
+		g := b.Guard()
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				var runs counter
@@ -164,7 +165,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 					return nil, tc.err
 				})
 				c := newClient(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 7})
 				first := c.invoke(t.Context(), methodCharge, key, req)
 				second := c.invoke(t.Context(), methodCharge, key, req)
@@ -194,13 +195,13 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 func TestRedisStopped(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
 		c := newClient(t, s)
-		b.stop()
-		r := c.invoke(t.Context(), methodPing, idem.NewKey(), request(t, map[string]any{"amount": 1}))
+		b.Stop()
+		r := c.invoke(t.Context(), methodPing, idemclient.NewKey(), request(t, map[string]any{"amount": 1}))
 		require.Equal(t, connect.CodeUnavailable, connect.CodeOf(r.err), "%v", r.err)
 		require.Equal(t, idemconnect.ReasonStoreUnavailable, reason(r.err))
 		require.Zero(t, runs.load())
@@ -218,13 +219,13 @@ func (failComplete) Complete(context.Context, string, string, []byte, time.Durat
 func TestNotRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		g := idem.New(failComplete{idem.NewRedisStore(b.rdb)}, idem.WithLogger(slog.New(slog.DiscardHandler)))
+		g := idem.New(failComplete{idem.NewRedisStore(b.Client)}, idem.WithLogger(slog.New(slog.DiscardHandler)))
 		s := startServer(t, g, func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("charged"), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := c.invoke(t.Context(), methodRefund, key, req)
 		require.NoError(t, r.err)
@@ -240,7 +241,7 @@ func TestNotRecorded(t *testing.T) {
 func TestPanicReleasesKey(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			if runs.inc() == 1 {
 				panic("handler bug")
 			}
@@ -248,7 +249,7 @@ func TestPanicReleasesKey(t *testing.T) {
 			return wrapperspb.String(string(rune('0' + a.Fence))), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := c.invoke(t.Context(), methodRefund, key, req)
 		require.Equal(t, connect.CodeInternal, connect.CodeOf(r.err))
@@ -262,7 +263,7 @@ func TestPanicReleasesKey(t *testing.T) {
 func TestAttemptFrom(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ids := make(chan string, 2)
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			a, ok := idem.AttemptFrom(ctx)
 			if !ok {
 				return nil, connect.NewError(connect.CodeInternal, errors.New("no attempt"))
@@ -277,7 +278,7 @@ func TestAttemptFrom(t *testing.T) {
 			return wrapperspb.String(string(a.Checkpoints()["charge"])), nil
 		})
 		c := newClient(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := c.invoke(t.Context(), methodRefund, key, req)
 		require.Equal(t, connect.CodeUnavailable, connect.CodeOf(r.err), "%v", r.err)

@@ -3,7 +3,6 @@ package idemgrpc
 import (
 	"context"
 	"fmt"
-	mrand "math/rand/v2"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -12,30 +11,18 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idem"
-)
-
-const (
-	defaultAttempts   = 5
-	defaultBackoff    = 200 * time.Millisecond
-	defaultBackoffCap = 10 * time.Second
-	// maxRetryDelay is the longest RetryInfo delay the client waits for; an
-	// error asking for more is returned at once.
-	maxRetryDelay = 30 * time.Second
+	"github.com/idemkit/idem/internal/rpcidem"
 )
 
 // ClientOption configures UnaryClientInterceptor.
 type ClientOption func(*clientConfig)
 
-type clientConfig struct {
-	attempts int
-	backoff  backoff
-}
+type clientConfig = rpcidem.ClientConfig
 
 // WithMaxAttempts sets how many times one call is sent at most, the first
 // time included. The default is 5; values below 1 mean 1 (no retry).
 func WithMaxAttempts(n int) ClientOption {
-	return func(c *clientConfig) { c.attempts = max(n, 1) }
+	return func(c *clientConfig) { c.SetMaxAttempts(n) }
 }
 
 // WithBackoff sets the exponential backoff between attempts when the error
@@ -44,12 +31,7 @@ func WithMaxAttempts(n int) ClientOption {
 // are 200ms and 10s; a base of zero or less keeps the default base, and a
 // limit below the base is raised to it.
 func WithBackoff(base, limit time.Duration) ClientOption {
-	return func(c *clientConfig) {
-		if base > 0 {
-			c.backoff.base = base
-		}
-		c.backoff.limit = limit
-	}
+	return func(c *clientConfig) { c.SetBackoff(base, limit) }
 }
 
 // UnaryClientInterceptor returns an interceptor that makes unary calls safe
@@ -57,8 +39,8 @@ func WithBackoff(base, limit time.Duration) ClientOption {
 //
 // Each call carries an idempotency key in its MetadataKey metadata: the
 // call's own, when its outgoing metadata already has one (sent as it is);
-// else the key set by idem.WithKey on the call's context; else a new key made
-// by idem.NewKey for this call. A key from the context that is not 1 to 255
+// else the key set by idemclient.WithKey on the call's context; else a new key made
+// by idemclient.NewKey for this call. A key from the context that is not 1 to 255
 // bytes of printable ASCII fails the call with InvalidArgument, at once; the
 // error also matches idem.ErrInvalidKey under errors.Is.
 //
@@ -76,73 +58,44 @@ func WithBackoff(base, limit time.Duration) ClientOption {
 // Retries below this interceptor, by gRPC's own retry policy (the service
 // config's retryPolicy), send the same metadata and so the same key.
 // Retries above it (a loop around the call) are new calls with new keys,
-// unless the caller sets one with idem.WithKey for the whole loop.
+// unless the caller sets one with idemclient.WithKey for the whole loop.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c := clientConfig{attempts: defaultAttempts, backoff: backoff{base: defaultBackoff, limit: defaultBackoffCap}}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	c.backoff.limit = max(c.backoff.limit, c.backoff.base)
+	c := rpcidem.NewClient(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		if len(metadata.ValueFromOutgoingContext(ctx, MetadataKey)) == 0 {
-			key, ok := idem.KeyFrom(ctx)
-			if !ok {
-				key = idem.NewKey()
-			} else if err := validKey(key); err != nil {
+			key, err := rpcidem.SendKey(ctx)
+			if err != nil {
 				return &keyError{err: err}
 			}
 			ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 		}
-		for attempt := 1; ; attempt++ {
-			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if err == nil || attempt >= c.attempts || ctx.Err() != nil {
-				return err
-			}
-			wait, retry := c.retryWait(err, attempt)
-			if !retry {
-				return err
-			}
-			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
-				return err // the deadline would end the wait: the server's answer says more
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return status.FromContextError(ctx.Err()).Err()
-			case <-t.C:
-			}
+		err, ended := c.Retry(ctx, func(int) error {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}, failure)
+		if ended {
+			return status.FromContextError(err).Err()
 		}
+		return err
 	}
 }
 
-// retryWait returns how long to wait before retrying after err, and whether
-// to retry at all.
-func (c *clientConfig) retryWait(err error, attempt int) (time.Duration, bool) {
+// failure reads a failed call's status code and RetryInfo.
+func failure(err error) (rpcidem.Failure, bool) {
 	st, ok := status.FromError(err)
 	if !ok {
-		return 0, false
+		return rpcidem.Failure{}, false
 	}
-	var info *errdetails.RetryInfo
+	f := rpcidem.Failure{Code: uint32(st.Code())}
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			info = ri
+			f.RetryDelay, f.HasRetryInfo = ri.GetRetryDelay().AsDuration(), true
 			break
 		}
 	}
-	switch {
-	case info != nil && (st.Code() == codes.Unavailable || st.Code() == codes.Aborted):
-		d := info.GetRetryDelay().AsDuration()
-		return max(d, 0), d <= maxRetryDelay
-	case st.Code() == codes.Unavailable:
-		return c.backoff.jittered(attempt, mrand.Int64N), true
-	}
-	return 0, false
+	return f, true
 }
 
-// keyError is the client's error for an invalid key from idem.WithKey: an
+// keyError is the client's error for an invalid key from idemclient.WithKey: an
 // InvalidArgument status that also matches idem.ErrInvalidKey.
 type keyError struct{ err error }
 
@@ -151,5 +104,5 @@ func (e *keyError) Unwrap() error { return e.err }
 
 // GRPCStatus returns the error's status, InvalidArgument, for status.FromError.
 func (e *keyError) GRPCStatus() *status.Status {
-	return status.New(codes.InvalidArgument, fmt.Sprintf("idemgrpc: the key set by idem.WithKey cannot be sent: %v", e.err))
+	return status.New(codes.InvalidArgument, fmt.Sprintf("idemgrpc: the key set by idemclient.WithKey cannot be sent: %v", e.err))
 }

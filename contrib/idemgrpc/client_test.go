@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // keyLog records the key of every call a handler sees.
@@ -64,14 +65,14 @@ var fastRetries = idemgrpc.WithBackoff(time.Millisecond, 5*time.Millisecond)
 func TestClientSameKeyAcrossRetries(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var log keyLog
-		s := startServer(t, b.guard(), failing(&log, 2))
+		s := startServer(t, b.Guard(), failing(&log, 2))
 		conn := dial(t, s, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(fastRetries)))
 		out := &wrapperspb.StringValue{}
 		require.NoError(t, conn.Invoke(t.Context(), methodCharge, request(t, map[string]any{"amount": 1}), out))
 		require.Equal(t, "done", out.GetValue())
 		keys := log.all()
 		require.Len(t, keys, 3)
-		require.Len(t, keys[0], 36, "a key made by idem.NewKey")
+		require.Len(t, keys[0], 36, "a key made by idemclient.NewKey")
 		require.Equal(t, []string{keys[0], keys[0], keys[0]}, keys)
 	})
 }
@@ -79,7 +80,7 @@ func TestClientSameKeyAcrossRetries(t *testing.T) {
 func TestClientUnderGRPCRetryPolicy(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var log keyLog
-		s := startServer(t, b.guard(), failing(&log, 2))
+		s := startServer(t, b.Guard(), failing(&log, 2))
 		conn := dial(t, s,
 			grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.WithMaxAttempts(1))),
 			grpc.WithDefaultServiceConfig(`{"methodConfig": [{"name": [{"service": "idemtest.Payments"}],
@@ -107,8 +108,8 @@ func TestClientKeys(t *testing.T) {
 		return conn.Invoke(ctx, methodCharge, req, &wrapperspb.StringValue{})
 	}
 
-	require.NoError(t, call(idem.WithKey(t.Context(), "from-context")))
-	own := metadata.AppendToOutgoingContext(idem.WithKey(t.Context(), "from-context"), idemgrpc.MetadataKey, "the call's own")
+	require.NoError(t, call(idemclient.WithKey(t.Context(), "from-context")))
+	own := metadata.AppendToOutgoingContext(idemclient.WithKey(t.Context(), "from-context"), idemgrpc.MetadataKey, "the call's own")
 	require.NoError(t, call(own))
 	require.NoError(t, call(t.Context()))
 	require.NoError(t, call(t.Context()))
@@ -118,7 +119,7 @@ func TestClientKeys(t *testing.T) {
 	require.Len(t, keys[3], 36)
 	require.NotEqual(t, keys[2], keys[3], "one new key per call")
 
-	err := call(idem.WithKey(t.Context(), ""))
+	err := call(idemclient.WithKey(t.Context(), ""))
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	require.ErrorIs(t, err, idem.ErrInvalidKey)
 	require.EqualValues(t, 4, runs.load(), "an invalid key is refused before the call")
@@ -128,7 +129,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		started, release := make(chan struct{}), make(chan struct{})
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			close(started)
 			<-release
@@ -136,7 +137,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 		}, idemgrpc.WithRetryDelay(20*time.Millisecond))
 		plain := dial(t, s)
 		retrying := dial(t, s, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.WithMaxAttempts(100))))
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		first := make(chan reply, 1)
 		go func() { first <- invoke(t.Context(), plain, methodCharge, key, req, &wrapperspb.StringValue{}) }()
@@ -149,7 +150,7 @@ func TestClientRetriesInProgressToFirstAnswer(t *testing.T) {
 		}()
 		var header metadata.MD
 		out := &wrapperspb.StringValue{}
-		require.NoError(t, retrying.Invoke(idem.WithKey(t.Context(), key), methodCharge, req, out, grpc.Header(&header)))
+		require.NoError(t, retrying.Invoke(idemclient.WithKey(t.Context(), key), methodCharge, req, out, grpc.Header(&header)))
 		require.Equal(t, "first", out.GetValue())
 		require.Equal(t, []string{"true"}, header.Get(idemgrpc.ReplayedKey))
 		require.NoError(t, (<-first).err)

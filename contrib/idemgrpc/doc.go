@@ -82,7 +82,7 @@
 // # Client contract
 //
 // UnaryClientInterceptor attaches the key (the call's own metadata, else
-// idem.WithKey's, else a new idem.NewKey per call) and retries Unavailable,
+// idemclient.WithKey's, else a new idemclient.NewKey per call) and retries Unavailable,
 // and Aborted with errdetails.RetryInfo, with the same key, honouring the
 // RetryInfo delay, with capped exponential backoff and full jitter, within
 // the call's deadline. It composes with gRPC's retry policy: the key is in

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // chargeFunc implements the payments service below.
@@ -85,7 +86,7 @@ func ExampleUnaryServerInterceptor() {
 		panic(err)
 	}
 	defer conn.Close()
-	ctx := idem.WithKey(context.Background(), "8e03978e-40d5-43e8-bc93-6894a57f9324")
+	ctx := idemclient.WithKey(context.Background(), "8e03978e-40d5-43e8-bc93-6894a57f9324")
 
 	for _, amount := range []float64{1000, 1000, 5000} {
 		req, _ := structpb.NewStruct(map[string]any{"amount": amount})

@@ -14,14 +14,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestRequiredAndOptionalKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		}, idemgrpc.WithRequiredKey(methodCharge))
@@ -39,7 +39,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 			require.False(t, r.replayed)
 		}
 		require.EqualValues(t, 2, runs.load())
-		keys, err := b.rdb.Keys(t.Context(), "*").Result()
+		keys, err := b.Client.Keys(t.Context(), "*").Result()
 		require.NoError(t, err)
 		require.Empty(t, keys, "a call without a key touched Redis")
 	})
@@ -48,7 +48,7 @@ func TestRequiredAndOptionalKeys(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
@@ -94,12 +94,12 @@ func TestTwoTenants(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("for " + tenantOf(ctx)), nil
 		}, idemgrpc.WithScope(tenantOf))
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		as := func(tenant string) reply {
 			return invoke(metadata.AppendToOutgoingContext(t.Context(), "tenant", tenant), conn, methodRefund, key, req, &wrapperspb.StringValue{})
@@ -123,7 +123,7 @@ func TestTwoTenants(t *testing.T) {
 
 func TestReplayKeepsType(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			switch method {
 			case methodCharge:
 				return structpb.NewStruct(map[string]any{"id": "ch_1", "amount": 1000, "tags": []any{"a", true}})
@@ -144,7 +144,7 @@ func TestReplayKeepsType(t *testing.T) {
 			{methodPing, &emptypb.Empty{}, "*emptypb.Empty"},
 		} {
 			before := len(s.answerTypes())
-			key := idem.NewKey()
+			key := idemclient.NewKey()
 			first := invoke(t.Context(), conn, tc.method, key, req, tc.out)
 			second := invoke(t.Context(), conn, tc.method, key, req, tc.out)
 			require.NoError(t, first.err)
@@ -163,21 +163,21 @@ func TestKeyFuncAIP155(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			return wrapperspb.Int64(runs.inc()), nil
 		}, idemgrpc.WithKeyFunc(requestID))
 		conn := dial(t, s)
-		req := request(t, map[string]any{"amount": 1, "request_id": idem.NewKey()})
+		req := request(t, map[string]any{"amount": 1, "request_id": idemclient.NewKey()})
 		first := invoke(t.Context(), conn, methodCharge, "", req, &wrapperspb.Int64Value{})
 		// The field wins over the metadata.
-		second := invoke(t.Context(), conn, methodCharge, idem.NewKey(), req, &wrapperspb.Int64Value{})
+		second := invoke(t.Context(), conn, methodCharge, idemclient.NewKey(), req, &wrapperspb.Int64Value{})
 		require.NoError(t, first.err)
 		require.True(t, second.replayed)
 		require.True(t, proto.Equal(first.msg, second.msg))
 
 		// No request_id: the metadata key.
 		plain := request(t, map[string]any{"amount": 1})
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.False(t, invoke(t.Context(), conn, methodCharge, key, plain, &wrapperspb.Int64Value{}).replayed)
 		require.True(t, invoke(t.Context(), conn, methodCharge, key, plain, &wrapperspb.Int64Value{}).replayed)
 		require.EqualValues(t, 2, runs.load())
@@ -191,12 +191,12 @@ func TestKeyFuncAIP155(t *testing.T) {
 func TestSameKeyOtherMethodRuns(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(_ context.Context, method string, _ *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String(method), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		for _, m := range []string{methodCharge, methodRefund, methodCharge, methodRefund} {
 			r := invoke(t.Context(), conn, m, key, req, &wrapperspb.StringValue{})

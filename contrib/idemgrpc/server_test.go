@@ -19,18 +19,19 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func TestDuplicatesRunOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(idem.WithWait(5*time.Second)), func(ctx context.Context, _ string, req *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(idem.WithWait(5*time.Second)), func(ctx context.Context, _ string, req *structpb.Struct) (proto.Message, error) {
 			n := runs.inc()
 			time.Sleep(50 * time.Millisecond)
 			return structpb.NewStruct(map[string]any{"run": float64(n), "amount": req.Fields["amount"].GetNumberValue()})
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1000})
 		const n = 32
 		replies := make([]reply, n)
@@ -56,12 +57,12 @@ func TestDuplicatesRunOnce(t *testing.T) {
 func TestMismatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		require.NoError(t, invoke(t.Context(), conn, methodCharge, key, request(t, map[string]any{"amount": 1, "to": "a"}), &emptypb.Empty{}).err)
 		// The same fields built again: deterministic encoding, same request.
 		r := invoke(t.Context(), conn, methodCharge, key, request(t, map[string]any{"to": "a", "amount": 1}), &emptypb.Empty{})
@@ -84,14 +85,14 @@ func TestInProgress(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				started, release := make(chan struct{}), make(chan struct{})
 				var runs counter
-				s := startServer(t, b.guard(idem.WithWait(tc.wait)), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+				s := startServer(t, b.Guard(idem.WithWait(tc.wait)), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 					runs.inc()
 					close(started)
 					<-release
 					return wrapperspb.String("first"), nil
 				}, idemgrpc.WithRetryDelay(250*time.Millisecond))
 				conn := dial(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 5})
 				first := make(chan reply, 1)
 				go func() { first <- invoke(t.Context(), conn, methodRefund, key, req, &wrapperspb.StringValue{}) }()
@@ -158,7 +159,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 		{"plain Go error", errors.New("boom"), false},
 	}
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		g := b.guard()
+		g := b.Guard()
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				var runs counter
@@ -167,7 +168,7 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 					return nil, tc.err
 				})
 				conn := dial(t, s)
-				key := idem.NewKey()
+				key := idemclient.NewKey()
 				req := request(t, map[string]any{"amount": 7})
 				first := invoke(t.Context(), conn, methodCharge, key, req, &structpb.Struct{})
 				second := invoke(t.Context(), conn, methodCharge, key, req, &structpb.Struct{})
@@ -193,13 +194,13 @@ func TestStoredAndReleasedErrors(t *testing.T) {
 func TestRedisStopped(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return &emptypb.Empty{}, nil
 		})
 		conn := dial(t, s)
-		b.stop()
-		r := invoke(t.Context(), conn, methodCharge, idem.NewKey(), request(t, map[string]any{"amount": 1}), &emptypb.Empty{})
+		b.Stop()
+		r := invoke(t.Context(), conn, methodCharge, idemclient.NewKey(), request(t, map[string]any{"amount": 1}), &emptypb.Empty{})
 		require.Equal(t, codes.Unavailable, status.Code(r.err), "%v", r.err)
 		require.Equal(t, idemgrpc.ReasonStoreUnavailable, reason(r.err))
 		require.Zero(t, runs.load())
@@ -217,13 +218,13 @@ func (failComplete) Complete(context.Context, string, string, []byte, time.Durat
 func TestNotRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		g := idem.New(failComplete{idem.NewRedisStore(b.rdb)}, idem.WithLogger(slog.New(slog.DiscardHandler)))
+		g := idem.New(failComplete{idem.NewRedisStore(b.Client)}, idem.WithLogger(slog.New(slog.DiscardHandler)))
 		s := startServer(t, g, func(context.Context, string, *structpb.Struct) (proto.Message, error) {
 			runs.inc()
 			return wrapperspb.String("charged"), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := invoke(t.Context(), conn, methodRefund, key, req, &wrapperspb.StringValue{})
 		require.NoError(t, r.err)
@@ -239,7 +240,7 @@ func TestNotRecorded(t *testing.T) {
 func TestPanicReleasesKey(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		var runs counter
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			if runs.inc() == 1 {
 				panic("handler bug")
 			}
@@ -247,7 +248,7 @@ func TestPanicReleasesKey(t *testing.T) {
 			return wrapperspb.Int64(a.Fence), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := invoke(t.Context(), conn, methodCharge, key, req, &wrapperspb.Int64Value{})
 		require.Equal(t, codes.Internal, status.Code(r.err))
@@ -261,7 +262,7 @@ func TestPanicReleasesKey(t *testing.T) {
 func TestAttemptFrom(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		ids := make(chan string, 2)
-		s := startServer(t, b.guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
+		s := startServer(t, b.Guard(), func(ctx context.Context, _ string, _ *structpb.Struct) (proto.Message, error) {
 			a, ok := idem.AttemptFrom(ctx)
 			if !ok {
 				return nil, status.Error(codes.Internal, "no attempt")
@@ -276,7 +277,7 @@ func TestAttemptFrom(t *testing.T) {
 			return wrapperspb.String(string(a.Checkpoints()["charge"])), nil
 		})
 		conn := dial(t, s)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		req := request(t, map[string]any{"amount": 1})
 		r := invoke(t.Context(), conn, methodCharge, key, req, &wrapperspb.StringValue{})
 		require.Equal(t, codes.Unavailable, status.Code(r.err), "%v", r.err)

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // runDemo plays the design's scenarios against three replicas sharing one
@@ -38,7 +39,7 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	}
 	lb := &balancer{replicas: replicas, pr: pr}
 	client := &http.Client{
-		Transport: idem.NewTransport(lb, idem.WithBackoff(50*time.Millisecond, 500*time.Millisecond)),
+		Transport: idemclient.NewTransport(lb, idemclient.WithBackoff(50*time.Millisecond, 500*time.Millisecond)),
 		Timeout:   30 * time.Second,
 	}
 	defer lb.transport.CloseIdleConnections()
@@ -48,11 +49,11 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 
 	pr.printf("idem payments demo: 3 replicas behind a load balancer share one Redis (%s)\n", opts.Addr)
 	pr.printf("and one database (%s); lease %v.\n", db.desc, lease)
-	pr.printf("The client is idem.NewTransport: same key on every retry, honours Retry-After.\n\n")
+	pr.printf("The client is idemclient.NewTransport: same key on every retry, honours Retry-After.\n\n")
 
 	pr.printf("1. Double click. The user taps Pay twice; both taps carry the key the app\n")
 	pr.printf("   created when it showed the Pay button.\n")
-	k1 := idem.NewKey()
+	k1 := idemclient.NewKey()
 	var wg sync.WaitGroup
 	var taps [2]result
 	for i := range taps {
@@ -72,7 +73,7 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	pr.printf("2. Lost answer. The server charges and answers, but the phone changes networks\n")
 	pr.printf("   and the answer is lost. The app retries with the same key.\n")
 	lb.dropAnswer.Store(true)
-	r2 := pay("pay", idem.NewKey(), 2500)
+	r2 := pay("pay", idemclient.NewKey(), 2500)
 	pr.printf("   the app gets %s\n", r2)
 	if !r2.replayed {
 		return fmt.Errorf("lost answer: want the stored answer, got %s", r2)
@@ -82,7 +83,7 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	}
 
 	pr.printf("3. Changed cart. The user adds an item: a new intent, so a new key and a new charge.\n")
-	k3 := idem.NewKey()
+	k3 := idemclient.NewKey()
 	r3 := pay("pay", k3, 3000)
 	pr.printf("   the app gets %s\n", r3)
 	if err := charges(3); err != nil {
@@ -104,7 +105,7 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	pr.printf("   its lease runs out, the retry takes over as attempt 2 and asks the provider about\n")
 	pr.printf("   the operation's stable id.\n")
 	d.killNext.Store(true)
-	r5 := pay("pay", idem.NewKey(), 4200)
+	r5 := pay("pay", idemclient.NewKey(), 4200)
 	pr.printf("   the app gets %s\n", r5)
 	if r5.status != http.StatusCreated {
 		return fmt.Errorf("killed replica: want 201, got %s", r5)
@@ -202,7 +203,7 @@ func (d *demo) redisForgets() error {
 	d.pr.printf("   again), but the payment and its outcome committed together in the database.\n")
 	d.lb.dropAnswer.Store(true)
 	d.forgetNext.Store(true)
-	r7 := d.pay("pay", idem.NewKey(), 5100)
+	r7 := d.pay("pay", idemclient.NewKey(), 5100)
 	d.pr.printf("   the app gets %s\n", r7)
 	if r7.status != http.StatusCreated || r7.replayed {
 		return fmt.Errorf("when Redis forgets: want 201 answered from the database, got %s", r7)
@@ -235,7 +236,7 @@ type labelKey struct{}
 
 // payOnce makes one logical payment call with key.
 func payOnce(client *http.Client, base, label, key string, amount int64) result {
-	ctx := context.WithValue(idem.WithKey(context.Background(), key), labelKey{}, label)
+	ctx := context.WithValue(idemclient.WithKey(context.Background(), key), labelKey{}, label)
 	body, _ := json.Marshal(paymentRequest{Amount: amount, Currency: "EUR"})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/payments", bytes.NewReader(body))
 	if err != nil {

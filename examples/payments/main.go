@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func main() {
@@ -180,7 +181,7 @@ func serve(addr string, n int, opts *redis.Options, db *database, lease time.Dur
 	fmt.Printf("Redis at %s; database: %s; idempotency lease %v\n\nTry (run it twice):\n", opts.Addr, db.desc, lease)
 	fmt.Printf("  curl -i http://%s/payments -H 'Authorization: Bearer sk_test_alice' \\\n"+
 		"    -H 'Idempotency-Key: %s' -H 'Content-Type: application/json' \\\n"+
-		"    -d '{\"amount\": 1000, \"currency\": \"EUR\"}'\n", net.JoinHostPort(host, port), idem.NewKey())
+		"    -d '{\"amount\": 1000, \"currency\": \"EUR\"}'\n", net.JoinHostPort(host, port), idemclient.NewKey())
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	<-ctx.Done()

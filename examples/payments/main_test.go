@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/internal/pgtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
@@ -94,7 +95,7 @@ func TestServeReplica(t *testing.T) {
 		t.Cleanup(func() { resp.Body.Close() })
 		return resp
 	}
-	key := idem.NewKey()
+	key := idemclient.NewKey()
 	first := send("POST", "/payments", "sk_test_alice", key, `{"amount":100,"currency":"EUR"}`)
 	require.Equal(t, http.StatusCreated, first.StatusCode)
 	again := send("POST", "/payments", "sk_test_alice", key, `{"currency":"EUR","amount":100}`)
@@ -110,7 +111,7 @@ func TestServeReplica(t *testing.T) {
 	require.Equal(t, 2, p.Charges())
 
 	require.Equal(t, http.StatusBadRequest, send("POST", "/payments", "sk_test_alice", "", `{}`).StatusCode)
-	require.Equal(t, http.StatusBadRequest, send("POST", "/payments", "sk_test_alice", idem.NewKey(), `{"amount":-1}`).StatusCode)
+	require.Equal(t, http.StatusBadRequest, send("POST", "/payments", "sk_test_alice", idemclient.NewKey(), `{"amount":-1}`).StatusCode)
 	require.Equal(t, http.StatusUnauthorized, send("POST", "/payments", "nope", key, ``).StatusCode)
 	require.Equal(t, http.StatusOK, send("GET", first.Header.Get("Location"), "sk_test_alice", "", ``).StatusCode)
 	require.Equal(t, http.StatusNotFound, send("GET", first.Header.Get("Location"), "sk_test_bob", "", ``).StatusCode)

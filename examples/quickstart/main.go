@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func main() {
@@ -22,7 +23,7 @@ func main() {
 		charges++ // the side effect; a.ID is the provider's idempotency key
 		return "receipt for " + a.ID, nil
 	}
-	key := idem.NewKey() // made by the client, reused on every retry
+	key := idemclient.NewKey() // made by the client, reused on every retry
 	for range 3 {
 		receipt, err := idem.Do(context.Background(), g, key, Payment{1000}, charge)
 		fmt.Println(receipt, err)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemclient"
 )
 
 func main() {
@@ -185,17 +186,17 @@ func run(w io.Writer) error {
 	}
 
 	// One key per payment, made by the client and kept for its retries.
-	payment := idem.WithKey(ctx, idem.NewKey())
+	payment := idemclient.WithKey(ctx, idemclient.NewKey())
 	steps := []struct {
 		title  string
 		ctx    context.Context
 		amount float64
 		lose   bool
 	}{
-		{"1. Charge 10.00 EUR, with a new key set by idem.WithKey.", payment, 1000, false},
+		{"1. Charge 10.00 EUR, with a new key set by idemclient.WithKey.", payment, 1000, false},
 		{"2. The same call again, as a client sends it when its deadline expired: same key, same request.", payment, 1000, false},
 		{"3. The same key with another amount: another request, refused; the card is not charged.", payment, 5000, false},
-		{"4. A new payment without idem.WithKey: the interceptor makes a key. The answer is lost; the interceptor retries with the same key.", ctx, 2500, true},
+		{"4. A new payment without idemclient.WithKey: the interceptor makes a key. The answer is lost; the interceptor retries with the same key.", ctx, 2500, true},
 	}
 	for _, s := range steps {
 		fmt.Fprintln(w, s.title)

@@ -37,7 +37,7 @@ func TestRun(t *testing.T) {
 		got = append(got, m[1])
 	}
 	first, second := got[0], got[3]
-	require.Len(t, first, 36, "a key made by idem.NewKey")
+	require.Len(t, first, 36, "a key made by idemclient.NewKey")
 	require.NotEqual(t, first, second)
 	require.Equal(t, []string{first, first, first, second, second}, got)
 }

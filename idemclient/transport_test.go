@@ -1,4 +1,4 @@
-package idem
+package idemclient
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 func TestNewKey(t *testing.T) {
@@ -20,7 +22,7 @@ func TestNewKey(t *testing.T) {
 	for range 1000 {
 		k := NewKey()
 		require.Regexp(t, uuid4, k)
-		require.NoError(t, validKey(k))
+		require.NoError(t, wire.ValidKey(k))
 		require.False(t, seen[k])
 		seen[k] = true
 	}
@@ -66,7 +68,7 @@ var clock = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
 // testTransport returns a transport over base whose sleeps are recorded
 // instead of slept, whose clock stands still and whose jitter is maximal.
-func testTransport(base http.RoundTripper, opts ...TransportOption) (*transport, *[]time.Duration) {
+func testTransport(base http.RoundTripper, opts ...Option) (*transport, *[]time.Duration) {
 	t := NewTransport(base, opts...).(*transport)
 	var slept []time.Duration
 	t.sleep = func(ctx context.Context, d time.Duration) error {
@@ -124,7 +126,7 @@ func TestTransportKeys(t *testing.T) {
 		tr := NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			got = r.Header
 			return status(201)()
-		}), WithTransportKeyHeader("x-request-key"))
+		}), WithKeyHeader("x-request-key"))
 		_, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
 		require.NoError(t, err)
 		require.NotEmpty(t, got.Get("X-Request-Key"))
@@ -139,15 +141,15 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func TestTransportMethods(t *testing.T) {
 	for _, tc := range []struct {
 		method string
-		opts   []TransportOption
+		opts   []Option
 		keyed  bool
 	}{
 		{"POST", nil, true},
 		{"PATCH", nil, true},
 		{"PUT", nil, false},
 		{"GET", nil, false},
-		{"PUT", []TransportOption{WithRetryMethods("PUT")}, true},
-		{"POST", []TransportOption{WithRetryMethods("PUT")}, false},
+		{"PUT", []Option{WithRetryMethods("PUT")}, true},
+		{"POST", []Option{WithRetryMethods("PUT")}, false},
 	} {
 		base := &scripted{script: []func() (*http.Response, error){status(503), status(201)}}
 		tr, _ := testTransport(base, tc.opts...)
@@ -213,7 +215,7 @@ func TestTransportShowsItsKey(t *testing.T) {
 		require.Equal(t, base.keys[0], resp.Request.Header.Get("Idempotency-Key"))
 		require.Equal(t, base.keys[0], base.keys[1])
 		require.Empty(t, req.Header.Get("Idempotency-Key"), "the caller's request is not changed")
-		key, err := parseKey(resp.Request.Header.Get("Idempotency-Key"))
+		key, err := wire.ParseKey(resp.Request.Header.Get("Idempotency-Key"))
 		require.NoError(t, err)
 
 		// Reused as the header of a later request: the same key, as it is.
@@ -250,18 +252,18 @@ func TestTransportShowsItsKey(t *testing.T) {
 func TestNewTransportValidates(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []TransportOption
+		opts []Option
 		want string
 	}{
-		{"empty header", []TransportOption{WithTransportKeyHeader("")}, `WithTransportKeyHeader: invalid header name ""`},
-		{"space in header", []TransportOption{WithTransportKeyHeader("Idempotency Key")}, `WithTransportKeyHeader: invalid header name "Idempotency Key"`},
-		{"colon in header", []TransportOption{WithTransportKeyHeader("Key:")}, `WithTransportKeyHeader: invalid header name "Key:"`},
-		{"non-ASCII header", []TransportOption{WithTransportKeyHeader("Clé")}, `WithTransportKeyHeader: invalid header name "Clé"`},
-		{"no method", []TransportOption{WithRetryMethods()}, "WithRetryMethods with no method"},
-		{"empty method", []TransportOption{WithRetryMethods("POST", "")}, `WithRetryMethods: invalid method ""`},
-		{"method with a space", []TransportOption{WithRetryMethods("PO ST")}, `WithRetryMethods: invalid method "PO ST"`},
-		{"method with a newline", []TransportOption{WithRetryMethods("POST\n")}, `WithRetryMethods: invalid method "POST\n"`},
-		{"all errors at once", []TransportOption{WithTransportKeyHeader(""), WithRetryMethods("")}, `WithTransportKeyHeader: invalid header name ""; WithRetryMethods: invalid method ""`},
+		{"empty header", []Option{WithKeyHeader("")}, `WithKeyHeader: invalid header name ""`},
+		{"space in header", []Option{WithKeyHeader("Idempotency Key")}, `WithKeyHeader: invalid header name "Idempotency Key"`},
+		{"colon in header", []Option{WithKeyHeader("Key:")}, `WithKeyHeader: invalid header name "Key:"`},
+		{"non-ASCII header", []Option{WithKeyHeader("Clé")}, `WithKeyHeader: invalid header name "Clé"`},
+		{"no method", []Option{WithRetryMethods()}, "WithRetryMethods with no method"},
+		{"empty method", []Option{WithRetryMethods("POST", "")}, `WithRetryMethods: invalid method ""`},
+		{"method with a space", []Option{WithRetryMethods("PO ST")}, `WithRetryMethods: invalid method "PO ST"`},
+		{"method with a newline", []Option{WithRetryMethods("POST\n")}, `WithRetryMethods: invalid method "POST\n"`},
+		{"all errors at once", []Option{WithKeyHeader(""), WithRetryMethods("")}, `WithKeyHeader: invalid header name ""; WithRetryMethods: invalid method ""`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.PanicsWithValue(t, "idem: NewTransport: "+tc.want, func() { NewTransport(nil, tc.opts...) })
@@ -272,7 +274,7 @@ func TestNewTransportValidates(t *testing.T) {
 func TestNewTransportNormalises(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opt  TransportOption
+		opt  Option
 		want func(*transport) any
 		is   any
 	}{
@@ -280,7 +282,7 @@ func TestNewTransportNormalises(t *testing.T) {
 			return []any{t.header, t.methods, t.attempts, t.backoff, t.backoffCap, t.maxRetryAfter, t.bare}
 		}, []any{"Idempotency-Key", []string{"POST", "PATCH"}, 5, 200 * time.Millisecond, 10 * time.Second, 30 * time.Second, false}},
 		{"methods in upper case", WithRetryMethods("post", "Put", "POST"), func(t *transport) any { return t.methods }, []string{"POST", "PUT"}},
-		{"canonical header", WithTransportKeyHeader("x-request-key"), func(t *transport) any { return t.header }, "X-Request-Key"},
+		{"canonical header", WithKeyHeader("x-request-key"), func(t *transport) any { return t.header }, "X-Request-Key"},
 		{"attempts at least 1", WithMaxAttempts(-3), func(t *transport) any { return t.attempts }, 1},
 		{"backoff base zero keeps the default", WithBackoff(0, time.Minute), func(t *transport) any { return []time.Duration{t.backoff, t.backoffCap} }, []time.Duration{defaultBackoff, time.Minute}},
 		{"backoff limit raised to the base", WithBackoff(time.Second, time.Millisecond), func(t *transport) any { return []time.Duration{t.backoff, t.backoffCap} }, []time.Duration{time.Second, time.Second}},
@@ -340,9 +342,9 @@ func TestTransportBareKey(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{`"a\"b"`}, quoted.keys)
 		require.Equal(t, []string{`a"b`}, bare.keys)
-		q, err := parseKey(quoted.keys[0])
+		q, err := wire.ParseKey(quoted.keys[0])
 		require.NoError(t, err)
-		b, err := parseKey(bare.keys[0])
+		b, err := wire.ParseKey(bare.keys[0])
 		require.NoError(t, err)
 		require.Equal(t, q, b)
 	})

@@ -1,4 +1,4 @@
-package idemconnect
+package rpcidem
 
 import (
 	"strings"
@@ -6,16 +6,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/wire"
 )
 
 func TestOpKey(t *testing.T) {
-	require.Equal(t, "rpc:2:t1:15:/pkg.Svc/Charge:k:1", opKey("t1", "/pkg.Svc/Charge", "k:1"))
-	require.Equal(t, "rpc:0::15:/pkg.Svc/Charge:k", opKey("", "/pkg.Svc/Charge", "k"))
+	require.Equal(t, "rpc:2:t1:15:/pkg.Svc/Charge:k:1", OpKey("t1", "/pkg.Svc/Charge", "k:1"))
+	require.Equal(t, "rpc:0::15:/pkg.Svc/Charge:k", OpKey("", "/pkg.Svc/Charge", "k"))
 	// Scope, method and key are apart: no two triples share a key.
 	seen := map[string][3]string{}
 	for _, c := range [][3]string{
@@ -23,13 +21,13 @@ func TestOpKey(t *testing.T) {
 		{"", "/m", "k"}, {"t", "/m", "k"}, {"t\x00", "/m", "k"}, {"t\x01", "/m", "k"},
 		{strings.Repeat("s", 300), "/m", "k"}, {strings.Repeat("s", 301), "/m", "k"},
 	} {
-		k := opKey(c[0], c[1], c[2])
-		require.NoError(t, validKey(k), "%q", c)
+		k := OpKey(c[0], c[1], c[2])
+		require.NoError(t, wire.ValidKey(k), "%q", c)
 		prev, dup := seen[k]
 		require.False(t, dup, "%q and %q share %q", prev, c, k)
 		seen[k] = c
 	}
-	long := opKey("tenant", "/pkg.Svc/Charge", strings.Repeat("k", 255))
+	long := OpKey("tenant", "/pkg.Svc/Charge", strings.Repeat("k", 255))
 	require.True(t, strings.HasPrefix(long, "rpc#"))
 	require.Len(t, long, 4+43)
 }
@@ -51,46 +49,15 @@ func TestParseKey(t *testing.T) {
 		{strings.Repeat("k", 256), "", false},
 		{"caf\xc3\xa9", "", false},
 	} {
-		got, err := parseKey(tc.in)
+		got, found, err := ReadKey([]string{tc.in}, "idempotency-key")
 		if !tc.ok {
 			require.ErrorIs(t, err, idem.ErrInvalidKey, "%q", tc.in)
 			continue
 		}
 		require.NoError(t, err, "%q", tc.in)
+		require.True(t, found)
 		require.Equal(t, tc.want, got)
 	}
-}
-
-func TestPayloadRoundTrip(t *testing.T) {
-	p, err := encodeMessage(wrapperspb.String("x"))
-	require.NoError(t, err)
-	m, st, err := decodePayload(p)
-	require.NoError(t, err)
-	require.Nil(t, st)
-	require.True(t, proto.Equal(wrapperspb.String("x"), m))
-
-	p, err = encodeStatus(&spb.Status{Code: 5, Message: "gone"})
-	require.NoError(t, err)
-	m, st, err = decodePayload(p)
-	require.NoError(t, err)
-	require.Nil(t, m)
-	require.EqualValues(t, 5, st.GetCode())
-
-	for _, bad := range [][]byte{nil, {'x'}, {tagMessage, 0xff}, append([]byte{tagMessage}, mustAny(t, "type.googleapis.com/no.Such")...)} {
-		_, _, err := decodePayload(bad)
-		require.Error(t, err, "%q", bad)
-	}
-}
-
-func mustAny(t *testing.T, url string) []byte {
-	t.Helper()
-	p, err := encodeMessage(wrapperspb.String("x"))
-	require.NoError(t, err)
-	_, _, err = decodePayload(p)
-	require.NoError(t, err)
-	b := []byte(strings.Replace(string(p[1:]), "type.googleapis.com/google.protobuf.StringValue", url, 1))
-	b[1] = byte(len(url)) // the type_url field's length
-	return b
 }
 
 func TestBackoff(t *testing.T) {
@@ -106,11 +73,11 @@ func TestBackoff(t *testing.T) {
 
 func TestAttemptContext(t *testing.T) {
 	a := &idem.Attempt{Key: "k", Fence: 3}
-	got, ok := idem.AttemptFrom(withAttempt(t.Context(), a))
+	got, ok := idem.AttemptFrom(idem.ContextWithAttempt(t.Context(), a))
 	require.True(t, ok)
 	require.Same(t, a, got)
 	_, ok = idem.AttemptFrom(t.Context())
 	require.False(t, ok)
 	type otherKey struct{}
-	require.Nil(t, withAttempt(t.Context(), a).Value(otherKey{}))
+	require.Nil(t, idem.ContextWithAttempt(t.Context(), a).Value(otherKey{}))
 }

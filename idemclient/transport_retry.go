@@ -1,4 +1,4 @@
-package idem
+package idemclient
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 // How the transport decides whether, and after how long, to send a request
@@ -63,7 +65,7 @@ func (t *transport) retryWait(resp *http.Response, err error, attempt int) (time
 // body to decide, and puts them back in front of the rest.
 func isInProgress(resp *http.Response) bool {
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if err != nil || mt != problemContentType {
+	if err != nil || mt != wire.ProblemContentType {
 		return false
 	}
 	body := resp.Body
@@ -82,7 +84,7 @@ func isInProgress(resp *http.Response) bool {
 	var p struct {
 		Type string `json:"type"`
 	}
-	return json.Unmarshal(prefix, &p) == nil && p.Type == probInProgress.typ
+	return json.Unmarshal(prefix, &p) == nil && p.Type == wire.InProgressProblem
 }
 
 // errReader fails every read with its error.

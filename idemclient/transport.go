@@ -1,10 +1,8 @@
-package idem
+package idemclient
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,52 +11,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
-// NewKey returns a new idempotency key: a random UUID (version 4, 122 bits
-// from crypto/rand) in its 36-character text form. Create one when the
-// user's intent is created (the Pay button is shown, the form is opened), keep
-// it with the intent, and send it on every retry of that intent.
-func NewKey() string {
-	var u [16]byte
-	rand.Read(u[:])         // never fails; crashes the program if the system has no randomness
-	u[6] = u[6]&0x0f | 0x40 // version 4
-	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
-	var s [36]byte
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], u[10:])
-	return string(s[:])
-}
-
-type keyContextKey struct{}
-
-// WithKey returns a copy of ctx carrying key, the idempotency key that a
-// transport made by NewTransport sends with a request made with that context.
-// Use it to keep one key across calls that are retries of one intent: the app
-// restarted, the user pressed Pay again, or a library that retries on its own
-// (go-retryablehttp, resty) calls the transport again. Without it each call
-// gets a new key.
-func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, keyContextKey{}, key)
-}
-
-// KeyFrom returns the idempotency key set on ctx by WithKey, for clients
-// other than NewTransport's (a gRPC interceptor, a message producer) that
-// attach the caller's key to what they send.
-func KeyFrom(ctx context.Context) (string, bool) {
-	k, ok := ctx.Value(keyContextKey{}).(string)
-	return k, ok
-}
-
-// TransportOption configures NewTransport.
-type TransportOption func(*transportConfig)
+// Option configures NewTransport.
+type Option func(*transportConfig)
 
 type transportConfig struct {
 	header        string
@@ -79,14 +37,14 @@ func (c *transportConfig) fail(format string, args ...any) {
 // other requests pass through untouched. The default is POST and PATCH.
 // Methods are upper-cased. No method, or a method that is not an HTTP token
 // (RFC 9110), makes NewTransport panic.
-func WithRetryMethods(methods ...string) TransportOption {
+func WithRetryMethods(methods ...string) Option {
 	return func(c *transportConfig) {
 		if len(methods) == 0 {
 			c.fail("WithRetryMethods with no method")
 		}
 		c.methods = c.methods[:0:0]
 		for _, m := range methods {
-			if !isToken(m) {
+			if !wire.IsToken(m) {
 				c.fail("WithRetryMethods: invalid method %q", m)
 				continue
 			}
@@ -99,7 +57,7 @@ func WithRetryMethods(methods ...string) TransportOption {
 
 // WithMaxAttempts sets how many times one request is sent at most, the first
 // time included. The default is 5; values below 1 mean 1 (no retry).
-func WithMaxAttempts(n int) TransportOption {
+func WithMaxAttempts(n int) Option {
 	return func(c *transportConfig) { c.attempts = max(n, 1) }
 }
 
@@ -108,7 +66,7 @@ func WithMaxAttempts(n int) TransportOption {
 // between 0 and min(limit, base·2ⁿ⁻¹) ("full jitter"). The defaults are 200ms
 // and 10s; a base of zero or less keeps the default base, and a limit below
 // the base is raised to it.
-func WithBackoff(base, limit time.Duration) TransportOption {
+func WithBackoff(base, limit time.Duration) Option {
 	return func(c *transportConfig) {
 		if base > 0 {
 			c.backoff = base
@@ -122,18 +80,18 @@ func WithBackoff(base, limit time.Duration) TransportOption {
 // large for any integer type or a date centuries ahead counts) is returned to
 // the caller at once, as it is, without a retry. The default is 30s; a
 // negative value means 0.
-func WithMaxRetryAfter(d time.Duration) TransportOption {
+func WithMaxRetryAfter(d time.Duration) Option {
 	return func(c *transportConfig) { c.maxRetryAfter = max(d, 0) }
 }
 
-// WithTransportKeyHeader sets the request header that carries the key. The
-// default is Idempotency-Key; match the server's WithKeyHeader. A name that is
+// WithKeyHeader sets the request header that carries the key. The default
+// is Idempotency-Key; match the server's (idem.WithKeyHeader). A name that is
 // not an HTTP token (empty, with spaces, a colon or non-ASCII bytes) makes
 // NewTransport panic.
-func WithTransportKeyHeader(name string) TransportOption {
+func WithKeyHeader(name string) Option {
 	return func(c *transportConfig) {
-		if !isToken(name) {
-			c.fail("WithTransportKeyHeader: invalid header name %q", name)
+		if !wire.IsToken(name) {
+			c.fail("WithKeyHeader: invalid header name %q", name)
 		}
 		c.header = http.CanonicalHeaderKey(name)
 	}
@@ -146,7 +104,7 @@ func WithTransportKeyHeader(name string) TransportOption {
 // starts with a double quote, or starts or ends with a space) is refused with
 // ErrInvalidKey; a request's own header is sent as it is either way. The
 // default is quoted, as the IETF draft specifies.
-func WithBareKey() TransportOption {
+func WithBareKey() Option {
 	return func(c *transportConfig) { c.bare = true }
 }
 
@@ -216,12 +174,12 @@ type transport struct {
 // NewTransport panics on invalid options (a malformed header name or
 // method); out-of-range numbers and durations are clamped, as each option
 // says.
-func NewTransport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
+func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
 	c := transportConfig{
-		header:        DefaultKeyHeader,
+		header:        wire.KeyHeader,
 		methods:       []string{http.MethodPost, http.MethodPatch},
 		attempts:      defaultAttempts,
 		backoff:       defaultBackoff,
@@ -302,11 +260,11 @@ func (t *transport) keyValue(req *http.Request) (string, error) {
 	if !ok {
 		key = NewKey()
 	}
-	if err := validKey(key); err != nil {
+	if err := wire.ValidKey(key); err != nil {
 		return "", err
 	}
 	if !t.bare {
-		return quoteKey(key), nil
+		return wire.QuoteKey(key), nil
 	}
 	if key[0] == '"' || key[0] == ' ' || key[len(key)-1] == ' ' {
 		return "", fmt.Errorf("%w: %q cannot be sent bare: it starts with a double quote, or starts or ends with a space", ErrInvalidKey, key)
@@ -360,23 +318,4 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
-}
-
-// quoteKey returns key as an RFC 8941 string: in double quotes, with
-// backslash and double quote escaped.
-func quoteKey(key string) string {
-	if !strings.ContainsAny(key, `"\`) {
-		return `"` + key + `"`
-	}
-	var b strings.Builder
-	b.Grow(len(key) + 4)
-	b.WriteByte('"')
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(key[i])
-	}
-	b.WriteByte('"')
-	return b.String()
 }

@@ -1,8 +1,9 @@
-package idem_test
+package idemclient_test
 
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // transportGuard returns a Guard on its own miniredis.
@@ -25,7 +27,7 @@ func transportGuard(t *testing.T, opts ...idem.Option) *idem.Guard {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { c.Close() })
-	return idem.New(idem.NewRedisStore(c), append([]idem.Option{quiet}, opts...)...)
+	return idem.New(idem.NewRedisStore(c), append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 }
 
 // chargeAPI is POST /payments behind the real middleware: it counts charges,
@@ -75,7 +77,7 @@ func viaRetryablehttp(t *testing.T, tr http.RoundTripper, url, key string, heade
 	c.HTTPClient.Transport = tr
 	ctx := context.Background()
 	if key != "" && !header {
-		ctx = idem.WithKey(ctx, key)
+		ctx = idemclient.WithKey(ctx, key)
 	}
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, url, []byte(`{"amount":1000}`))
 	require.NoError(t, err)
@@ -97,7 +99,7 @@ func viaResty(t *testing.T, tr http.RoundTripper, url, key string, header bool) 
 		})
 	ctx := context.Background()
 	if key != "" && !header {
-		ctx = idem.WithKey(ctx, key)
+		ctx = idemclient.WithKey(ctx, key)
 	}
 	r := c.R().SetContext(ctx).SetBody(`{"amount":1000}`)
 	if header {
@@ -124,12 +126,12 @@ func TestTransportUnderOuterRetries(t *testing.T) {
 	libraries := map[string]outerRetries{"go-retryablehttp": viaRetryablehttp, "resty": viaResty}
 	losses := map[string]struct {
 		gateway bool
-		opts    []idem.TransportOption
+		opts    []idemclient.Option
 	}{
 		// NewTransport returns a 502 as it is; the outer library retries it.
 		"a gateway answers 502": {gateway: true},
 		// NewTransport is told not to retry, so the outer library does.
-		"the connection drops": {opts: []idem.TransportOption{idem.WithMaxAttempts(1)}},
+		"the connection drops": {opts: []idemclient.Option{idemclient.WithMaxAttempts(1)}},
 	}
 	for lib, send := range libraries {
 		for loss, l := range losses {
@@ -139,13 +141,13 @@ func TestTransportUnderOuterRetries(t *testing.T) {
 				header  bool
 				charges int64
 			}{
-				{name: "WithKey", key: idem.NewKey(), charges: 1},
-				{name: "header", key: idem.NewKey(), header: true, charges: 1},
+				{name: "WithKey", key: idemclient.NewKey(), charges: 1},
+				{name: "header", key: idemclient.NewKey(), header: true, charges: 1},
 				{name: "no key: a new one per RoundTrip", charges: 2},
 			} {
 				t.Run(lib+"/"+loss+"/"+tc.name, func(t *testing.T) {
 					api := newChargeAPI(t, l.gateway)
-					tr := idem.NewTransport(&http.Transport{DisableKeepAlives: true}, l.opts...)
+					tr := idemclient.NewTransport(&http.Transport{DisableKeepAlives: true}, l.opts...)
 					code, sent := send(t, tr, api.url, tc.key, tc.header)
 					require.Equal(t, http.StatusCreated, code)
 					require.Equal(t, int64(2), api.requests.Load(), "one lost answer, one outer retry")
@@ -174,7 +176,7 @@ func TestTransportAgainstTheMiddleware(t *testing.T) {
 			http.Error(w, "account frozen", http.StatusConflict)
 		})))
 		t.Cleanup(srv.Close)
-		client := &http.Client{Transport: idem.NewTransport(nil)}
+		client := &http.Client{Transport: idemclient.NewTransport(nil)}
 		resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{"amount":1000}`))
 		require.NoError(t, err)
 		defer resp.Body.Close()
@@ -197,7 +199,7 @@ func TestTransportAgainstTheMiddleware(t *testing.T) {
 			_, _ = io.WriteString(w, "paid")
 		})))
 		t.Cleanup(srv.Close)
-		key := idem.NewKey()
+		key := idemclient.NewKey()
 		first := make(chan int, 1)
 		go func() {
 			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"amount":1000}`))
@@ -228,8 +230,8 @@ func TestTransportAgainstTheMiddleware(t *testing.T) {
 			}
 			return resp, err
 		})
-		client := &http.Client{Transport: idem.NewTransport(base)}
-		req, err := http.NewRequestWithContext(idem.WithKey(context.Background(), key), http.MethodPost, srv.URL, strings.NewReader(`{"amount":1000}`))
+		client := &http.Client{Transport: idemclient.NewTransport(base)}
+		req, err := http.NewRequestWithContext(idemclient.WithKey(context.Background(), key), http.MethodPost, srv.URL, strings.NewReader(`{"amount":1000}`))
 		require.NoError(t, err)
 		resp, err := client.Do(req)
 		require.NoError(t, err)

@@ -1,4 +1,4 @@
-package idem
+package idemclient
 
 import (
 	"context"
@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/wire"
 )
 
 // inProgressBody is the body of the middleware's answer to a duplicate of a
 // request that is still running.
-var inProgressBody = `{"type":"` + probInProgress.typ + `","title":"Request in progress","status":409,"detail":"A request with this key is still being processed."}`
+var inProgressBody = `{"type":"` + wire.InProgressProblem + `","title":"Request in progress","status":409,"detail":"A request with this key is still being processed."}`
 
 // respond answers with code, a Content-Type and a body.
 func respond(code int, contentType, body string, header ...string) func() (*http.Response, error) {
@@ -70,7 +72,7 @@ func TestTransportRetriesWithTheSameKey(t *testing.T) {
 		require.Equal(t, base.keys[0], k, "never a new key")
 		require.Equal(t, `{"amount":1}`, base.bodies[i], "the body is sent again")
 	}
-	key, err := parseKey(base.keys[0])
+	key, err := wire.ParseKey(base.keys[0])
 	require.NoError(t, err)
 	require.Regexp(t, `^[0-9a-f-]{36}$`, key)
 	require.Equal(t, []time.Duration{
@@ -177,7 +179,7 @@ func TestTransportRetryAfterBeyondTheMaximum(t *testing.T) {
 	} {
 		t.Run(tc.retryAfter, func(t *testing.T) {
 			base := &scripted{script: []func() (*http.Response, error){status(503, "Retry-After", tc.retryAfter), status(201)}}
-			var opts []TransportOption
+			var opts []Option
 			if tc.max > 0 {
 				opts = append(opts, WithMaxRetryAfter(tc.max))
 			}
