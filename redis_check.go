@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/redisinfo"
 )
 
 var (
@@ -91,9 +92,9 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient, add
 	info, err := c.Info(ctx, "server").Result()
 	switch {
 	case err == nil:
-		name, version := serverVersion(info)
-		if major, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0]); version != "" && major < 7 {
-			fail("%s %s is not supported: idem needs Redis 7.0 or newer", name, version)
+		srv := redisinfo.ServerOf(redisinfo.Parse(info))
+		if major, ok := srv.RedisMajor(); ok && major < 7 {
+			fail("%s is not supported: idem needs Redis 7.0 or newer", srv)
 		}
 	case !isReply(err):
 		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
@@ -197,26 +198,4 @@ func clientAddr(c redis.UniversalClient) string {
 		return rc.Options().Addr
 	}
 	return "the server"
-}
-
-// serverVersion returns the server's name and version from INFO server:
-// "Redis" and redis_version, or Valkey's own name and version.
-func serverVersion(info string) (name, version string) {
-	name, version = "Redis", infoField(info, "redis_version")
-	if infoField(info, "server_name") == "valkey" {
-		if v := infoField(info, "valkey_version"); v != "" {
-			name, version = "Valkey", v
-		}
-	}
-	return name, version
-}
-
-func infoField(info, name string) string {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

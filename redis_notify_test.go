@@ -126,3 +126,27 @@ func TestWaiterWakeUpLag(t *testing.T) {
 func okFnInternal(v string) func(context.Context, *Attempt) (string, error) {
 	return func(context.Context, *Attempt) (string, error) { return v, nil }
 }
+
+// TestForgetNotifiesWaiters: a forced Forget of a held operation wakes its
+// waiters at once (they claim the key as new), as a completion does.
+func TestForgetNotifiesWaiters(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	s := NewRedisStore(srv.Client(t), WithPrefix(redistest.Prefix(t)))
+	ctx := context.Background()
+	id := OperationID(KindDo, "", "forgotten")
+	res, err := s.Claim(ctx, id, ClaimRequest{Owner: "o1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, ClaimOK, res.Status)
+	notify, stop, err := s.Watch(ctx, id)
+	require.NoError(t, err)
+	defer stop()
+	forgot, err := s.Forget(ctx, id, true)
+	require.NoError(t, err)
+	require.True(t, forgot)
+	select {
+	case <-notify:
+	case <-time.After(10 * time.Second): // a hang guard, far above any poll interval
+		t.Fatal("the waiter was not notified of the forced Forget")
+	}
+}

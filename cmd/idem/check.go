@@ -27,7 +27,7 @@ type server struct {
 }
 
 // check reports every server and runs idem's own start-up check.
-func check(ctx context.Context, e *env, strict bool) error {
+func check(ctx context.Context, e *env, prefix string, strict bool) error {
 	if len(e.args) > 0 {
 		return usageError(e, fmt.Sprintf("check takes no arguments, got %q", e.args))
 	}
@@ -56,7 +56,7 @@ func check(ctx context.Context, e *env, strict bool) error {
 	// idem's own verdict: RedisStore.Check refuses what it cannot use and
 	// logs what it warns about.
 	var warnings warningLog
-	checkErr := idem.NewRedisStore(e.client, idem.WithStoreLogger(slog.New(&warnings))).Check(ctx)
+	checkErr := idem.NewRedisStore(e.client, idem.WithPrefix(prefix), idem.WithStoreLogger(slog.New(&warnings))).Check(ctx)
 	for _, s := range servers {
 		warnings.add(s.warnings...)
 	}
@@ -202,13 +202,21 @@ func (l *warningLog) Enabled(_ context.Context, level slog.Level) bool {
 	return level >= slog.LevelWarn
 }
 
+// Handle keeps a warning of RedisStore.Check as a line, but for a refused
+// INFO or CONFIG: check describes those itself, server by server.
 func (l *warningLog) Handle(_ context.Context, r slog.Record) error {
 	line := strings.TrimPrefix(r.Message, "idem: ")
+	skip := false
 	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "event" && (a.Value.String() == "version_unverified" || a.Value.String() == "eviction_unverified") {
+			skip = true
+		}
 		line += fmt.Sprintf(" (%s %v)", a.Key, a.Value)
 		return true
 	})
-	l.add(line)
+	if !skip {
+		l.add(line)
+	}
 	return nil
 }
 

@@ -4,7 +4,7 @@
 //	idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
 //	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
-//	idem check   -redis URL [-cacert FILE] [-timeout D] [-strict]
+//	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -89,7 +89,7 @@ const usage = `usage:
   idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
   idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
   idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
-  idem check   -redis URL [-cacert FILE] [-timeout D] [-strict]
+  idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
      (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
@@ -216,8 +216,9 @@ func commands(name string, common *commonFlags) (*command, bool) {
 		jsonOut := fs.Bool("json", false, "print one JSON object")
 		run = func(ctx context.Context, e *env) error { return scan(ctx, e, *prefix, *sample, *jsonOut) }
 	case "check":
+		prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix), whose keys and channels are probed")
 		strict := fs.Bool("strict", false, "exit 1 on warnings too")
-		run = func(ctx context.Context, e *env) error { return check(ctx, e, *strict) }
+		run = func(ctx context.Context, e *env) error { return check(ctx, e, *prefix, *strict) }
 	default:
 		return nil, false
 	}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+// TestACLCommands runs inspect, scan, forget and check as the command
+// line's least-privilege user of docs/operations.md, word for word but for
+// the password and the test's prefix.
+func TestACLCommands(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	var line string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "ACL SETUSER idem-ops ") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, "docs/operations.md gives the command line's ACL line")
+
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	// seed's prefix is "t<n>_TestACLCommands".
+	line = strings.NewReplacer(">PASSWORD", ">pw", "~idem:*", "~t*_TestACLCommands:*", "&idem:*", "&t*_TestACLCommands:*").Replace(line)
+	args := []any{}
+	for _, f := range strings.Fields(line) {
+		args = append(args, f)
+	}
+	require.NoError(t, srv.Client(t).Do(ctx, args...).Err())
+
+	url := "redis://idem-ops:pw@" + srv.Addr()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "idem-ops", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	s := seed(t, url, c)
+	prefix := s.prefix
+
+	require.Equal(t, "completed", inspectJSON(t, "-redis", url, "-prefix", prefix, "paid").State)
+
+	code, out, errOut := cli(t, "scan", "-redis", url, "-prefix", prefix)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "records read     4")
+
+	code, out, errOut = cli(t, "forget", "-redis", url, "-prefix", prefix, "-yes", "paid")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "forgot ")
+	require.Equal(t, "absent", inspectJSON(t, "-redis", url, "-prefix", prefix, "paid").State)
+
+	code, out, errOut = cli(t, "check", "-redis", url, "-prefix", prefix)
+	require.Equal(t, exitOK, code, out+errOut)
+	require.Contains(t, out, "ok: idem can use")
+}
