@@ -49,4 +49,3 @@ func TestDemo(t *testing.T) {
 		})
 	}
 }
-
