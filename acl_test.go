@@ -234,3 +234,11 @@ func checkUsableAs(t *testing.T, c *redis.Client, prefix string, notified bool, 
 	}
 	require.EqualValues(t, 1, handled.Load())
 }
+
+// TestACLLinesInReadme: the README's production section shows the
+// application's ACL line of docs/operations.md, word for word.
+func TestACLLinesInReadme(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), docACLLines(t)[0])
+}

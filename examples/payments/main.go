@@ -3,39 +3,23 @@
 //	go run ./examples/payments               # one replica on 127.0.0.1:8080
 //	go run ./examples/payments -replicas 3   # three replicas sharing one Redis
 //	go run ./examples/payments -demo         # play the design's scenarios
-//	go run ./examples/payments -db postgres://user@host/db   # book payments in PostgreSQL
 //
-// Without -redis or REDIS_URL it runs an embedded Redis (miniredis); without
-// -db or DATABASE_URL, a SQLite database in a temporary directory (pure Go:
-// nothing to install). POST /payments charges a fake payment provider and
-// books the payment in the database's ledger, in one transaction with the
-// operation's outcome (package idemsql); GET /payments/{id} reads a payment.
+// Without -redis or REDIS_URL it runs an embedded Redis (miniredis): nothing
+// to install. POST /payments charges a fake payment provider and books the
+// payment in a ledger kept in memory; GET /payments/{id} reads a payment.
 // Authenticate with "Authorization: Bearer sk_test_alice".
+//
+// examples/sqlpayments is the same API with its ledger in a SQL database,
+// committed with the operation's outcome (package idemsql).
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/examples/internal/paydemo"
 )
 
 func main() {
@@ -44,33 +28,23 @@ func main() {
 		replicas = flag.Int("replicas", 1, "number of replicas sharing one Redis")
 		redisURL = flag.String("redis", "", "Redis address (host:port) or URL; default $REDIS_URL, else an embedded miniredis")
 		lease    = flag.Duration("lease", 30*time.Second, "idempotency lease")
-		dbURL    = flag.String("db", "", "database: a postgres:// URL or a SQLite file; default $DATABASE_URL, else a temporary SQLite database")
 		demo     = flag.Bool("demo", false, "play the scenarios and exit")
 	)
 	flag.Parse()
 	if *redisURL == "" {
 		*redisURL = os.Getenv("REDIS_URL")
 	}
-	if *dbURL == "" {
-		*dbURL = os.Getenv("DATABASE_URL")
-	}
-	opts, stopRedis, err := redisOptions(*redisURL)
+	opts, stop, err := paydemo.RedisOptions(*redisURL)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
 		os.Exit(2)
 	}
-	db, stopDB, err := openDatabase(context.Background(), *dbURL)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "payments:", err)
-		stopRedis()
-		os.Exit(2)
-	}
-	stop := func() { stopDB(); stopRedis() }
 	defer stop()
+	ledger := &paydemo.MemoryLedger{}
 	if *demo {
-		err = runDemo(os.Stdout, opts, db)
+		err = paydemo.Run(os.Stdout, opts, ledger)
 	} else {
-		err = serve(*addr, *replicas, opts, db, *lease)
+		err = paydemo.Serve(*addr, *replicas, opts, ledger, *lease)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "payments:", err)
@@ -78,159 +52,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// redisOptions returns how to reach Redis: the given address or URL, or an
-// embedded miniredis started here.
-func redisOptions(s string) (*redis.Options, func(), error) {
-	switch {
-	case s == "":
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return nil, nil, err
-		}
-		return &redis.Options{Addr: m.Addr()}, followWallClock(m), nil
-	case strings.Contains(s, "://"):
-		o, err := redis.ParseURL(s)
-		return o, func() {}, err
-	}
-	return &redis.Options{Addr: s}, func() {}, nil
-}
-
-// followWallClock makes miniredis expire keys as time passes, as Redis does
-// (by itself it expires them only when told to fast-forward), and returns a
-// function that stops it and the server.
-func followWallClock(m *miniredis.Miniredis) (stop func()) {
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-quit:
-				return
-			case now := <-t.C:
-				m.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(quit)
-			<-done
-			m.Close()
-		})
-	}
-}
-
-// replica is one instance of the API, with its own Redis connections, as a
-// separate process would have.
-type replica struct {
-	name  string
-	url   string
-	api   *API
-	srv   *http.Server
-	rdb   *redis.Client
-	store *killableStore
-}
-
-// startReplica starts a replica listening on addr.
-func startReplica(name, addr string, opts *redis.Options, db *database, p *Provider, lease time.Duration, log *slog.Logger, logf func(string, ...any)) (*replica, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	rdb := redis.NewClient(opts)
-	store := &killableStore{Store: idem.NewRedisStore(rdb, idem.WithPrefix("payments"))}
-	g := idem.New(store, idem.WithLease(lease), idem.WithLogger(log))
-	r := &replica{name: name, url: "http://" + ln.Addr().String(), rdb: rdb, store: store,
-		api: &API{Name: name, Provider: p, DB: db.DB, Logf: logf}}
-	r.srv = &http.Server{Handler: r.api.Handler(g), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = r.srv.Serve(ln) }()
-	return r, nil
-}
-
-func (r *replica) close() {
-	r.srv.Close()
-	r.rdb.Close()
-}
-
-func serve(addr string, n int, opts *redis.Options, db *database, lease time.Duration) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	first, err := strconv.Atoi(port)
-	if err != nil {
-		return fmt.Errorf("-addr needs a numeric port: %w", err)
-	}
-	provider := NewProvider(100 * time.Millisecond)
-	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
-	for i := range max(n, 1) {
-		a := net.JoinHostPort(host, strconv.Itoa(first+i))
-		r, err := startReplica(fmt.Sprintf("replica %d", i+1), a, opts, db, provider, lease, slog.Default(), logf)
-		if err != nil {
-			return err
-		}
-		defer r.close()
-		fmt.Printf("payments API, %s: %s\n", r.name, r.url)
-	}
-	fmt.Printf("Redis at %s; database: %s; idempotency lease %v\n\nTry (run it twice):\n", opts.Addr, db.desc, lease)
-	fmt.Printf("  curl -i http://%s/payments -H 'Authorization: Bearer sk_test_alice' \\\n"+
-		"    -H 'Idempotency-Key: %s' -H 'Content-Type: application/json' \\\n"+
-		"    -d '{\"amount\": 1000, \"currency\": \"EUR\"}'\n", net.JoinHostPort(host, port), idemclient.NewKey())
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	<-ctx.Done()
-	return nil
-}
-
-// killableStore lets the demo kill a replica: once dead, the replica
-// reaches Redis no more, as a crashed process would not: no heartbeat, no
-// complete, no release.
-type killableStore struct {
-	idem.Store
-	dead atomic.Bool
-}
-
-var errDead = errors.New("replica is dead")
-
-func (s *killableStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
-	if s.dead.Load() {
-		return idem.ClaimResult{}, errDead
-	}
-	return s.Store.Claim(ctx, id, c)
-}
-
-func (s *killableStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
-	if s.dead.Load() {
-		return errDead
-	}
-	return s.Store.Heartbeat(ctx, id, owner, lease)
-}
-
-func (s *killableStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
-	if s.dead.Load() {
-		return errDead
-	}
-	return s.Store.Checkpoint(ctx, id, owner, name, value)
-}
-
-func (s *killableStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
-	if s.dead.Load() {
-		return errDead
-	}
-	return s.Store.Complete(ctx, id, owner, payload, retention)
-}
-
-func (s *killableStore) Release(ctx context.Context, id, owner string) error {
-	if s.dead.Load() {
-		return errDead
-	}
-	return s.Store.Release(ctx, id, owner)
-}
-
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))

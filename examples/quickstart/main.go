@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemclient"
 )
 
 func main() {
@@ -23,7 +22,7 @@ func main() {
 		charges++ // the side effect; a.ID is the provider's idempotency key
 		return "receipt for " + a.ID, nil
 	}
-	key := idemclient.NewKey() // made by the client, reused on every retry
+	key := "5f0c7f5e-6b0a-4a4e-9d1e-2b1f3c9a7d10" // made by the client (idemclient.NewKey), sent on every retry
 	for range 3 {
 		receipt, err := idem.Do(context.Background(), g, key, Payment{1000}, charge)
 		fmt.Println(receipt, err)

@@ -1,8 +1,7 @@
-package main
+package paydemo
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemsql"
 )
 
 // Provider is a fake payment provider, an external system like Stripe or
@@ -86,14 +84,13 @@ func (p *Provider) Charges() int {
 type API struct {
 	Name     string
 	Provider *Provider
-	// DB is the database shared by the replicas: each payment is booked in
-	// its ledger, in one transaction with the operation's outcome (idemsql).
-	DB   *sql.DB
-	Logf func(format string, args ...any)
-	// AfterCharge, when set, runs between the charge and the commit. The
+	// Ledger is shared by the replicas: each payment is booked in it.
+	Ledger Ledger
+	Logf   func(format string, args ...any)
+	// AfterCharge, when set, runs between the charge and the booking. The
 	// demo uses it to kill a replica at the worst moment.
 	AfterCharge func(ctx context.Context)
-	// AfterCommit, when set, runs between the commit and the answer.
+	// AfterCommit, when set, runs between the booking and the answer.
 	AfterCommit func(at *idem.Attempt)
 }
 
@@ -146,16 +143,15 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "Invalid payment", `Send {"amount": <positive integer, in cents>, "currency": "EUR"}.`)
 		return
 	}
-	// The charge and the ledger entry run in one transaction with the
-	// operation's outcome. Its outcome row, inserted first, makes a second
-	// attempt wait for this one; if an earlier attempt already committed
-	// (it died before Redis heard of it, or Redis lost the record), pay does
-	// not run and the committed payment is the answer.
-	ran := false
-	p, err := idemsql.Tx(r.Context(), a.DB, at, func(ctx context.Context, tx *sql.Tx) (payment, error) {
-		ran = true
-		return a.pay(ctx, tx, at, accountOf(r), in)
+	// The ledger books the charge for the operation. A ledger in a
+	// database (package idemsql) commits the entry with the operation's
+	// outcome: if an earlier attempt already committed (it died before Redis
+	// heard of it, or Redis lost the record), the charge does not run and the
+	// booked payment is the answer.
+	c, ran, err := a.Ledger.Book(r.Context(), at, accountOf(r), func(ctx context.Context) (Charge, error) {
+		return a.charge(ctx, at, accountOf(r), in)
 	})
+	p := payment{ID: c.ID, Amount: c.Amount, Currency: c.Currency, Status: "succeeded"}
 	switch {
 	case r.Context().Err() != nil:
 		return // the replica is gone, or the client
@@ -165,7 +161,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		a.Logf("%s: attempt %d: %v", a.Name, at.Fence, err)
-		problem(w, http.StatusServiceUnavailable, "Database unavailable", "Retry with the same Idempotency-Key.")
+		problem(w, http.StatusServiceUnavailable, "Ledger unavailable", "Retry with the same Idempotency-Key.")
 		return
 	case !ran:
 		a.Logf("%s: attempt %d finds payment %s committed in the database: answering it", a.Name, at.Fence, p.ID)
@@ -179,15 +175,14 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 
 var errProvider = errors.New("payment provider unavailable")
 
-// pay charges the provider once per operation and books the payment in the
-// ledger, on tx.
-func (a *API) pay(ctx context.Context, tx *sql.Tx, at *idem.Attempt, account string, in paymentRequest) (payment, error) {
+// charge charges the provider once per operation.
+func (a *API) charge(ctx context.Context, at *idem.Attempt, account string, in paymentRequest) (Charge, error) {
 	var (
 		c     Charge
 		found bool
 	)
 	if at.Fence > 1 {
-		// An earlier attempt started and did not commit: it may have
+		// An earlier attempt started and did not finish: it may have
 		// charged. Ask the provider about this operation before charging.
 		if c, found = a.Provider.Find(at.ID); found {
 			a.Logf("%s: attempt %d finds charge %s at the provider: not charging again", a.Name, at.Fence, c.ID)
@@ -198,18 +193,14 @@ func (a *API) pay(ctx context.Context, tx *sql.Tx, at *idem.Attempt, account str
 		// at.ID is the same in every attempt: the provider's own
 		// idempotency key.
 		if c, err = a.Provider.Charge(ctx, at.ID, account, in.Amount, in.Currency); err != nil {
-			return payment{}, fmt.Errorf("%w: %w", errProvider, err)
+			return Charge{}, fmt.Errorf("%w: %w", errProvider, err)
 		}
 		a.Logf("%s: attempt %d charges %d %s: %s", a.Name, at.Fence, c.Amount, c.Currency, c.ID)
 	}
 	if a.AfterCharge != nil {
 		a.AfterCharge(ctx)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO ledger (operation, charge_id, account, amount, currency) VALUES ($1, $2, $3, $4, $5)`,
-		at.ID, c.ID, account, c.Amount, c.Currency); err != nil {
-		return payment{}, fmt.Errorf("book the payment: %w", err)
-	}
-	return payment{ID: c.ID, Amount: c.Amount, Currency: c.Currency, Status: "succeeded"}, nil
+	return c, nil
 }
 
 func (a *API) get(w http.ResponseWriter, r *http.Request) {

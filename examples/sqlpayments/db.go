@@ -12,15 +12,20 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL, for -db postgres://…
 	_ "modernc.org/sqlite"             // SQLite, pure Go: the default
 
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/examples/internal/paydemo"
 	"github.com/idemkit/idem/idemsql"
 )
 
 // database is the replicas' shared SQL database: the ledger where each
-// payment is booked, and idemsql's outcomes, committed together.
+// payment is booked, and idemsql's outcomes, committed together. It is the
+// demo's paydemo.Ledger.
 type database struct {
 	*sql.DB
 	desc string // for people: "SQLite /tmp/…/payments.db"
 }
+
+var _ paydemo.Ledger = (*database)(nil)
 
 // ledgerSchema is the ledger: one entry per booked payment. It has no
 // unique key of its own (a ledger appends), so only idemsql keeps a
@@ -81,9 +86,34 @@ func sqliteDSN(path string) string {
 	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
 }
 
-// ledgerEntries returns the number of payments booked.
-func (db *database) ledgerEntries(ctx context.Context) (int, error) {
+// Book runs charge and books its charge in one transaction with the
+// operation's outcome (idemsql.Tx). Its outcome row, inserted first, makes a
+// second attempt wait for this one; if an earlier attempt already committed
+// (it died before Redis heard of it, or Redis lost the record), charge does
+// not run and the committed charge is returned. An attempt whose ctx ends
+// (its lease lost) rolls back.
+func (db *database) Book(ctx context.Context, at *idem.Attempt, account string, charge func(ctx context.Context) (paydemo.Charge, error)) (paydemo.Charge, bool, error) {
+	ran := false
+	c, err := idemsql.Tx(ctx, db.DB, at, func(ctx context.Context, tx *sql.Tx) (paydemo.Charge, error) {
+		ran = true
+		c, err := charge(ctx)
+		if err != nil {
+			return paydemo.Charge{}, err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO ledger (operation, charge_id, account, amount, currency) VALUES ($1, $2, $3, $4, $5)`,
+			at.ID, c.ID, account, c.Amount, c.Currency); err != nil {
+			return paydemo.Charge{}, fmt.Errorf("book the payment: %w", err)
+		}
+		return c, nil
+	})
+	return c, ran, err
+}
+
+// Entries returns the number of payments booked.
+func (db *database) Entries(ctx context.Context) (int, error) {
 	var n int
 	err := db.QueryRowContext(ctx, `SELECT count(*) FROM ledger`).Scan(&n)
 	return n, err
 }
+
+func (db *database) String() string { return "one database (" + db.desc + ")" }

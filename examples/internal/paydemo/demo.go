@@ -1,4 +1,4 @@
-package main
+package paydemo
 
 import (
 	"bytes"
@@ -20,21 +20,24 @@ import (
 	"github.com/idemkit/idem/idemclient"
 )
 
-// runDemo plays the design's scenarios against three replicas sharing one
-// Redis and one database, through a load balancer, with the retrying client
-// transport, and prints what happened. It returns an error if a scenario did
-// not end as the design says it must.
-func runDemo(out io.Writer, opts *redis.Options, db *database) error {
+// Scenario is a scenario played after the shared ones; n is its number.
+type Scenario func(d *Demo, n int) error
+
+// Run plays the design's scenarios against three replicas sharing one
+// Redis and one ledger, through a load balancer, with the retrying client
+// transport, then the scenarios in more, and prints what happened. It
+// returns an error if a scenario did not end as the design says it must.
+func Run(out io.Writer, opts *redis.Options, ledger Ledger, more ...Scenario) error {
 	const lease = time.Second // short, so that a dead replica's key is free soon
 	pr := &printer{w: out}
 	provider := NewProvider(300 * time.Millisecond)
-	var replicas []*replica
+	var replicas []*Replica
 	for i := range 3 {
-		r, err := startReplica(fmt.Sprintf("replica %d", i+1), "127.0.0.1:0", opts, db, provider, lease, discard, pr.note)
+		r, err := StartReplica(fmt.Sprintf("replica %d", i+1), "127.0.0.1:0", opts, ledger, provider, lease, Discard, pr.note)
 		if err != nil {
 			return err
 		}
-		defer r.close()
+		defer r.Close()
 		replicas = append(replicas, r)
 	}
 	lb := &balancer{replicas: replicas, pr: pr}
@@ -43,19 +46,19 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 		Timeout:   30 * time.Second,
 	}
 	defer lb.transport.CloseIdleConnections()
-	d := &demo{pr: pr, client: client, lb: lb, replicas: replicas, provider: provider, db: db}
+	d := &Demo{pr: pr, client: client, lb: lb, replicas: replicas, provider: provider, ledger: ledger}
 	d.hooks()
-	pay, charges := d.pay, d.tally
+	pay, charges := d.Pay, d.Tally
 
 	pr.printf("idem payments demo: 3 replicas behind a load balancer share one Redis (%s)\n", opts.Addr)
-	pr.printf("and one database (%s); lease %v.\n", db.desc, lease)
+	pr.printf("and %s; lease %v.\n", ledger, lease)
 	pr.printf("The client is idemclient.NewTransport: same key on every retry, honours Retry-After.\n\n")
 
-	pr.printf("1. Double click. The user taps Pay twice; both taps carry the key the app\n")
-	pr.printf("   created when it showed the Pay button.\n")
+	pr.printf("1. Double click. The user taps Pay twice at once; both taps carry the key the app\n")
+	pr.printf("   created when it showed the Pay button. One charge, one answer for both.\n")
 	k1 := idemclient.NewKey()
 	var wg sync.WaitGroup
-	var taps [2]result
+	var taps [2]Result
 	for i := range taps {
 		wg.Go(func() { taps[i] = pay(fmt.Sprintf("tap %d", i+1), k1, 1000) })
 	}
@@ -63,7 +66,7 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	for i, t := range taps {
 		pr.printf("   tap %d gets %s\n", i+1, t)
 	}
-	if taps[0].id == "" || taps[0].id != taps[1].id {
+	if taps[0].ID == "" || taps[0].ID != taps[1].ID {
 		return fmt.Errorf("double click: two different answers: %s, %s", taps[0], taps[1])
 	}
 	if err := charges(1); err != nil {
@@ -71,11 +74,11 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	}
 
 	pr.printf("2. Lost answer. The server charges and answers, but the phone changes networks\n")
-	pr.printf("   and the answer is lost. The app retries with the same key.\n")
-	lb.dropAnswer.Store(true)
+	pr.printf("   and the answer is lost. The app retries with the same key: the stored answer.\n")
+	d.LoseNextAnswer()
 	r2 := pay("pay", idemclient.NewKey(), 2500)
 	pr.printf("   the app gets %s\n", r2)
-	if !r2.replayed {
+	if !r2.Replayed {
 		return fmt.Errorf("lost answer: want the stored answer, got %s", r2)
 	}
 	if err := charges(2); err != nil {
@@ -90,10 +93,10 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 		return err
 	}
 
-	pr.printf("4. Reused key. A client bug sends the last key again with another amount.\n")
+	pr.printf("4. Reused key. A client bug sends the last key again with another amount: refused.\n")
 	r4 := pay("buggy", k3, 9900)
 	pr.printf("   the app gets %s\n", r4)
-	if r4.status != http.StatusUnprocessableEntity {
+	if r4.Status != http.StatusUnprocessableEntity {
 		return fmt.Errorf("reused key: want 422, got %s", r4)
 	}
 	if err := charges(3); err != nil {
@@ -101,62 +104,65 @@ func runDemo(out io.Writer, opts *redis.Options, db *database) error {
 	}
 
 	pr.printf("5. Replica killed mid-charge. The replica that takes the next payment dies after\n")
-	pr.printf("   the provider charged and before its transaction commits: nothing is booked. Once\n")
-	pr.printf("   its lease runs out, the retry takes over as attempt 2 and asks the provider about\n")
-	pr.printf("   the operation's stable id.\n")
+	pr.printf("   the provider charged and before it books the payment: nothing is booked. Once\n")
+	pr.printf("   its lease runs out, the retry takes over as attempt 2 (Fence 2) and asks the\n")
+	pr.printf("   provider about the operation's stable id.\n")
 	d.killNext.Store(true)
 	r5 := pay("pay", idemclient.NewKey(), 4200)
 	pr.printf("   the app gets %s\n", r5)
-	if r5.status != http.StatusCreated {
+	if r5.Status != http.StatusCreated {
 		return fmt.Errorf("killed replica: want 201, got %s", r5)
 	}
 	if err := charges(4); err != nil {
 		return err
 	}
 
-	pr.printf("6. Read it back: GET /payments/%s\n", r5.id)
+	pr.printf("6. Read it back: GET /payments/%s\n", r5.ID)
 	live := replicas[0]
 	for _, r := range replicas {
 		if !r.store.dead.Load() {
 			live = r
 		}
 	}
-	got, err := fetch(live.url+"/payments/"+r5.id, "sk_test_alice")
+	got, err := fetch(live.url+"/payments/"+r5.ID, "sk_test_alice")
 	if err != nil {
 		return err
 	}
 	pr.printf("   %s\n\n", got)
-	if err := d.redisForgets(); err != nil {
-		return err
+	for i, s := range more {
+		if err := s(d, 7+i); err != nil {
+			return err
+		}
 	}
-	pr.printf("5 intents, 5 charges, 5 ledger entries: every duplicate was harmless.\n")
+	n := provider.Charges()
+	pr.printf("%d intents, %d charges, %d ledger entries: every duplicate was harmless.\n", n, n, n)
 	return nil
 }
 
-// demo is what the scenarios share.
-type demo struct {
+// Demo is what the scenarios share.
+type Demo struct {
 	pr         *printer
 	client     *http.Client
 	lb         *balancer
-	replicas   []*replica
+	replicas   []*Replica
 	provider   *Provider
-	db         *database
-	killNext   atomic.Bool                  // the next charge's replica dies before its commit
+	ledger     Ledger
+	killNext   atomic.Bool                  // the next charge's replica dies before its booking
 	forgetNext atomic.Bool                  // Redis forgets the next lost answer's operation
-	lastCommit atomic.Pointer[idem.Attempt] // the attempt that committed last
+	lastCommit atomic.Pointer[idem.Attempt] // the attempt that booked last
 }
 
 // hooks lets the scenarios kill a replica and make Redis forget.
-func (d *demo) hooks() {
+func (d *Demo) hooks() {
 	for _, r := range d.replicas {
 		r.api.AfterCharge = func(ctx context.Context) {
 			if !d.killNext.CompareAndSwap(true, false) {
 				return
 			}
-			d.pr.note("%s dies (kill -9) right after the charge, before its transaction commits", r.name)
+			d.pr.note("%s dies (kill -9) right after the charge, before it books the payment", r.name)
 			r.store.dead.Store(true) // no more heartbeats, no complete
 			r.srv.Close()            // its connections drop
-			<-ctx.Done()             // frozen until its lease is lost; its transaction rolls back
+			<-ctx.Done()             // frozen until its lease is lost; it books nothing
 		}
 		r.api.AfterCommit = func(at *idem.Attempt) { d.lastCommit.Store(at) }
 	}
@@ -175,16 +181,27 @@ func (d *demo) hooks() {
 	}
 }
 
-// pay makes one logical payment call through the load balancer.
-func (d *demo) pay(label, key string, amount int64) result {
+// Printf prints to the demo's output.
+func (d *Demo) Printf(format string, args ...any) { d.pr.printf(format, args...) }
+
+// LoseNextAnswer makes the load balancer lose the next answer, after the
+// server processed the request.
+func (d *Demo) LoseNextAnswer() { d.lb.dropAnswer.Store(true) }
+
+// ForgetNextLostAnswer makes Redis lose the record of the operation whose
+// answer is lost next, as a failover before replication would.
+func (d *Demo) ForgetNextLostAnswer() { d.forgetNext.Store(true) }
+
+// Pay makes one logical payment call through the load balancer.
+func (d *Demo) Pay(label, key string, amount int64) Result {
 	return payOnce(d.client, d.replicas[0].url, label, key, amount)
 }
 
-// tally prints the provider's charges and the ledger's entries, and checks
+// Tally prints the provider's charges and the ledger's entries, and checks
 // that each is want.
-func (d *demo) tally(want int) error {
+func (d *Demo) Tally(want int) error {
 	got := d.provider.Charges()
-	booked, err := d.db.ledgerEntries(context.Background())
+	booked, err := d.ledger.Entries(context.Background())
 	if err != nil {
 		return err
 	}
@@ -195,61 +212,45 @@ func (d *demo) tally(want int) error {
 	return nil
 }
 
-// redisForgets is scenario 7: the answer is lost, and Redis loses the
-// completed record too. The retry is new to Redis; the database answers.
-func (d *demo) redisForgets() error {
-	d.pr.printf("7. Redis forgets. The server charges, books the payment and answers; the answer is\n")
-	d.pr.printf("   lost, and Redis loses the operation's record. The retry is new to Redis (attempt 1\n")
-	d.pr.printf("   again), but the payment and its outcome committed together in the database.\n")
-	d.lb.dropAnswer.Store(true)
-	d.forgetNext.Store(true)
-	r7 := d.pay("pay", idemclient.NewKey(), 5100)
-	d.pr.printf("   the app gets %s\n", r7)
-	if r7.status != http.StatusCreated || r7.replayed {
-		return fmt.Errorf("when Redis forgets: want 201 answered from the database, got %s", r7)
-	}
-	return d.tally(5)
-}
-
-// result is what the app learns from one payment call.
-type result struct {
-	status   int
-	id       string
-	replayed bool
+// Result is what the app learns from one payment call.
+type Result struct {
+	Status   int
+	ID       string
+	Replayed bool
 	problem  string
 	err      error
 }
 
-func (r result) String() string {
+func (r Result) String() string {
 	switch {
 	case r.err != nil:
 		return "error: " + r.err.Error()
 	case r.problem != "":
-		return fmt.Sprintf("%d %s", r.status, r.problem)
-	case r.replayed:
-		return fmt.Sprintf("%d, payment %s (the stored answer, Idempotent-Replayed: true)", r.status, r.id)
+		return fmt.Sprintf("%d %s", r.Status, r.problem)
+	case r.Replayed:
+		return fmt.Sprintf("%d, payment %s (the stored answer, Idempotent-Replayed: true)", r.Status, r.ID)
 	}
-	return fmt.Sprintf("%d, payment %s", r.status, r.id)
+	return fmt.Sprintf("%d, payment %s", r.Status, r.ID)
 }
 
 type labelKey struct{}
 
 // payOnce makes one logical payment call with key.
-func payOnce(client *http.Client, base, label, key string, amount int64) result {
+func payOnce(client *http.Client, base, label, key string, amount int64) Result {
 	ctx := context.WithValue(idemclient.WithKey(context.Background(), key), labelKey{}, label)
 	body, _ := json.Marshal(paymentRequest{Amount: amount, Currency: "EUR"})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/payments", bytes.NewReader(body))
 	if err != nil {
-		return result{err: err}
+		return Result{err: err}
 	}
 	req.Header.Set("Authorization", "Bearer sk_test_alice")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return result{err: err}
+		return Result{err: err}
 	}
 	defer resp.Body.Close()
-	r := result{status: resp.StatusCode, replayed: resp.Header.Get(idem.ReplayedHeader) == "true"}
+	r := Result{Status: resp.StatusCode, Replayed: resp.Header.Get(idem.ReplayedHeader) == "true"}
 	if resp.StatusCode >= 300 {
 		var p struct{ Title, Detail string }
 		_ = json.NewDecoder(resp.Body).Decode(&p)
@@ -258,7 +259,7 @@ func payOnce(client *http.Client, base, label, key string, amount int64) result 
 	}
 	var p payment
 	r.err = json.NewDecoder(resp.Body).Decode(&p)
-	r.id = p.ID
+	r.ID = p.ID
 	return r
 }
 
@@ -280,7 +281,7 @@ func fetch(u, apiKey string) (string, error) {
 // balancer is the load balancer in front of the replicas: each attempt goes
 // to the next live replica. It prints every attempt, and can lose an answer.
 type balancer struct {
-	replicas   []*replica
+	replicas   []*Replica
 	next       atomic.Int64
 	pr         *printer
 	dropAnswer atomic.Bool // lose the next answer, after the server processed it
@@ -289,7 +290,7 @@ type balancer struct {
 }
 
 func (b *balancer) RoundTrip(req *http.Request) (*http.Response, error) {
-	var r *replica
+	var r *Replica
 	for range len(b.replicas) {
 		r = b.replicas[int(b.next.Add(1))%len(b.replicas)]
 		if !r.store.dead.Load() {
