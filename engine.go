@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Namespaces keep Do keys, Once ids and HTTP keys apart.
@@ -89,7 +91,7 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	}
 	id := o.id()
 	owner := newToken()
-	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
+	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
 	var deadline time.Time
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
@@ -105,19 +107,19 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 			return outcome{}, g.storeError(ctx, err)
 		}
 		switch res.Status {
-		case ClaimCompleted:
+		case idemstore.ClaimCompleted:
 			return outcome{payload: res.Payload, replayed: true}, nil
-		case ClaimMismatch:
+		case idemstore.ClaimMismatch:
 			return outcome{}, ErrMismatch
-		case ClaimOK:
+		case idemstore.ClaimOK:
 			rctx := ctx
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
 			return g.run(rctx, o, id, owner, sent, res, fn)
-		case ClaimUnreadable:
+		case idemstore.ClaimUnreadable:
 			return outcome{}, g.unreadableRecord(ctx, id)
-		case ClaimBusy:
+		case idemstore.ClaimBusy:
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}
@@ -156,7 +158,7 @@ const watchPoll = 2 * time.Second
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.watched {
 		w.watched = true
-		if st, ok := w.g.store.(Watcher); ok {
+		if st, ok := w.g.store.(idemstore.Watcher); ok {
 			var err error
 			if w.notify, w.stop, err = st.Watch(ctx, w.id); err == nil {
 				return nil // watching: claim again at once, in case it completed meanwhile
@@ -193,7 +195,7 @@ func (w *waiter) close() {
 }
 
 // run runs fn as the owner of the claim of o, sent at claimed.
-func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
+func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res idemstore.ClaimResult, fn runFunc) (outcome, error) {
 	t := o.obs.now()
 	claimed, err := g.confirmLease(ctx, id, owner, claimed)
 	o.obs.storeSince(t)

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"reflect"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 const (
@@ -23,7 +25,7 @@ const (
 // A Guard is configured once by New; it holds no connections or goroutines
 // of its own.
 type Guard struct {
-	store     Store
+	store     idemstore.Store
 	lease     time.Duration
 	retention time.Duration
 	wait      time.Duration
@@ -119,7 +121,7 @@ func (g *Guard) defaultWait() time.Duration {
 // New returns a Guard over store. It does no I/O. A nil store, or a nil
 // pointer of a Store type, makes every operation fail with
 // ErrStoreUnavailable.
-func New(store Store, opts ...Option) *Guard {
+func New(store idemstore.Store, opts ...Option) *Guard {
 	g := &Guard{
 		store:     store,
 		lease:     defaultLease,

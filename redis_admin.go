@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,7 +86,7 @@ type Inspection struct {
 
 	// Record is the stored record, or nil when there is none: the key was
 	// never used, its record expired, or it was forgotten.
-	Record *Record
+	Record *idemstore.Record
 	// LeaseHolder is the owner token held by the lease key, "" when no lease
 	// is live. While an attempt runs it equals Record.Owner.
 	LeaseHolder string
@@ -158,7 +159,7 @@ func (s *RedisStore) Inspect(ctx context.Context, id string) (*Inspection, error
 	if in.LeaseHolder != "" {
 		in.Record.LeaseTTL = max(lttl.Val(), 0)
 	}
-	if in.Record.State == StateCompleted {
+	if in.Record.State == idemstore.StateCompleted {
 		in.Result = describePayload(in.Record.Payload)
 	}
 	return in, nil

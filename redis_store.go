@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,8 +59,8 @@ type RedisStore struct {
 }
 
 var (
-	_ Store       = (*RedisStore)(nil)
-	_ StoreReader = (*RedisStore)(nil)
+	_ idemstore.Store  = (*RedisStore)(nil)
+	_ idemstore.Reader = (*RedisStore)(nil)
 )
 
 // RedisOption configures a RedisStore.
@@ -183,9 +184,9 @@ func (s *RedisStore) keys(id string) []string {
 var argAck, argNoAck any = "1", "0"
 
 // Claim implements Store.
-func (s *RedisStore) Claim(ctx context.Context, id string, r ClaimRequest) (ClaimResult, error) {
+func (s *RedisStore) Claim(ctx context.Context, id string, r idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if err := s.usable(); err != nil {
-		return ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	c := s.call(claimScript, id, true, true)
 	c.text(r.Owner)
@@ -204,23 +205,23 @@ func (s *RedisStore) Claim(ctx context.Context, id string, r ClaimRequest) (Clai
 	cmd, ackErr := s.eval(ctx, c)
 	v, err := cmd.Result()
 	if err != nil {
-		return ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	res, err := parseClaim(v)
 	if err != nil || ackErr == nil {
 		return res, err
 	}
 	switch res.Status {
-	case ClaimOK:
+	case idemstore.ClaimOK:
 		// Too few replicas hold the claim: a failover could forget it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
 		defer cancel()
 		_ = s.Release(rctx, id, r.Owner)
-		return ClaimResult{}, ackErr
-	case ClaimCompleted:
+		return idemstore.ClaimResult{}, ackErr
+	case idemstore.ClaimCompleted:
 		// Too few replicas hold the result: a failover could forget it,
 		// so it must not be handed out yet.
-		return ClaimResult{}, ackErr
+		return idemstore.ClaimResult{}, ackErr
 	}
 	return res, nil
 }
@@ -280,8 +281,8 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	return owned(s.run(ctx, c).Int64())
 }
 
-// Read implements StoreReader: Inspect's record, nil when there is none.
-func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
+// Read implements idemstore.Reader: Inspect's record, nil when there is none.
+func (s *RedisStore) Read(ctx context.Context, id string) (*idemstore.Record, error) {
 	in, err := s.Inspect(ctx, id)
 	if err != nil {
 		return nil, err

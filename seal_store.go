@@ -13,17 +13,19 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // sealedStore is the store of a Guard with a Sealer: it seals what goes to
 // the store, opens what comes back, and keys the fingerprints of claims. The
 // engine sees plaintext only. New puts it in front of the Guard's store.
 type sealedStore struct {
-	Store  // Heartbeat and Release pass through
-	sealer Sealer
-	log    *slog.Logger
-	fkeys  []*fingerprintKey // the current key first; none: plain fingerprints
-	bad    error             // a FingerprintKeyer that gave unusable keys
+	idemstore.Store // Heartbeat and Release pass through
+	sealer          Sealer
+	log             *slog.Logger
+	fkeys           []*fingerprintKey // the current key first; none: plain fingerprints
+	bad             error             // a FingerprintKeyer that gave unusable keys
 }
 
 // honoursDeadlines reports what the wrapped store does.
@@ -39,9 +41,9 @@ type fingerprintKey struct {
 }
 
 // newSealedStore returns st sealed by s, logging to log.
-func newSealedStore(st Store, s Sealer, log *slog.Logger) *sealedStore {
+func newSealedStore(st idemstore.Store, s Sealer, log *slog.Logger) *sealedStore {
 	ss := &sealedStore{Store: st, sealer: s, log: log}
-	fk, ok := s.(FingerprintKeyer)
+	fk, ok := s.(idemstore.FingerprintKeyer)
 	if !ok {
 		return ss
 	}
@@ -103,9 +105,9 @@ func (s *sealedStore) keyIDs() []string {
 // Claim implements Store: it keys the fingerprint under every listed key,
 // and opens a completed record's payload or the checkpoints it returns.
 // Checkpoints that do not open release the claim again.
-func (s *sealedStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
+func (s *sealedStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.bad != nil {
-		return ClaimResult{}, s.bad
+		return idemstore.ClaimResult{}, s.bad
 	}
 	if len(s.fkeys) > 0 {
 		plain := c.Fingerprint
@@ -122,16 +124,16 @@ func (s *sealedStore) Claim(ctx context.Context, id string, c ClaimRequest) (Cla
 		return res, err
 	}
 	switch {
-	case res.Status == ClaimCompleted:
+	case res.Status == idemstore.ClaimCompleted:
 		if res.Payload, err = s.open(ctx, id, "result", res.Payload, resultBinding(id)); err != nil {
-			return ClaimResult{}, err
+			return idemstore.ClaimResult{}, err
 		}
-	case res.Status == ClaimOK && len(res.Checkpoints) > 0:
+	case res.Status == idemstore.ClaimOK && len(res.Checkpoints) > 0:
 		cps := make(map[string][]byte, len(res.Checkpoints))
 		for name, v := range res.Checkpoints {
 			if cps[name], err = s.open(ctx, id, "checkpoint "+name, v, checkpointBinding(id, name)); err != nil {
 				s.release(ctx, id, c.Owner)
-				return ClaimResult{}, err
+				return idemstore.ClaimResult{}, err
 			}
 		}
 		res.Checkpoints = cps
@@ -170,9 +172,9 @@ func (s *sealedStore) Complete(ctx context.Context, id, owner string, payload []
 // errNoWatch is Watch's answer when the sealed store cannot watch.
 var errNoWatch = errors.New("idem: the store cannot watch operations")
 
-// Watch implements Watcher when the sealed store does.
+// Watch implements idemstore.Watcher when the sealed store does.
 func (s *sealedStore) Watch(ctx context.Context, id string) (<-chan struct{}, func(), error) {
-	if w, ok := s.Store.(Watcher); ok {
+	if w, ok := s.Store.(idemstore.Watcher); ok {
 		return w.Watch(ctx, id)
 	}
 	return nil, nil, errNoWatch

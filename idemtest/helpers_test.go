@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 
 func TestMemoryStoreContract(t *testing.T) {
 	idemtest.Run(t, idemtest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 			s := idemtest.NewMemoryStore()
 			return s, s.Advance
 		},
@@ -49,7 +50,7 @@ func TestMemoryStoreExpiry(t *testing.T) {
 	require.Equal(t, 1, runs, "a repeat within the retention replays")
 	rec, err := s.Read(ctx, idem.OperationID(idem.KindDo, "", "k"))
 	require.NoError(t, err)
-	require.Equal(t, idem.StateCompleted, rec.State)
+	require.Equal(t, idemstore.StateCompleted, rec.State)
 	require.InDelta(t, time.Hour, rec.TTL, float64(time.Second))
 	s.Advance(time.Hour)
 	do()

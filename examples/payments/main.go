@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func main() {
@@ -191,15 +192,15 @@ func serve(addr string, n int, opts *redis.Options, db *database, lease time.Dur
 // reaches Redis no more, as a crashed process would not: no heartbeat, no
 // complete, no release.
 type killableStore struct {
-	idem.Store
+	idemstore.Store
 	dead atomic.Bool
 }
 
 var errDead = errors.New("replica is dead")
 
-func (s *killableStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *killableStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.dead.Load() {
-		return idem.ClaimResult{}, errDead
+		return idemstore.ClaimResult{}, errDead
 	}
 	return s.Store.Claim(ctx, id, c)
 }

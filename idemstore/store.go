@@ -1,15 +1,14 @@
-package idem
+package idemstore
 
 import (
 	"context"
-	"strings"
 	"time"
 )
 
-// Store keeps the records of operations. RedisStore is the implementation;
-// the interface exists so that tests can wrap a store to inject faults, and
-// so that package idemtest can check any implementation against the
-// contract.
+// Store keeps the records of operations. idem.RedisStore is the
+// implementation; the interface exists so that tests can wrap a store to
+// inject faults, and so that package idemtest can check any implementation
+// against the contract.
 //
 // Every method must be safe for concurrent use. Each is one atomic step on
 // one record, addressed by the operation's id (Attempt.ID), and must be
@@ -19,8 +18,9 @@ import (
 // other error means the store could not be reached or failed, and the engine
 // reports it as ErrStoreUnavailable.
 //
-// A store that can also read records back implements StoreReader; package
-// idemtest then checks what it stored.
+// A store that can also read records back implements Reader; package
+// idemtest then checks what it stored. A store that can tell a waiting
+// duplicate when an operation ends implements Watcher.
 type Store interface {
 	// Claim claims the operation for c.Owner, or reports why not: the
 	// record is completed (its payload), busy (another owner's live lease),
@@ -45,9 +45,9 @@ type Store interface {
 	Release(ctx context.Context, id, owner string) error
 }
 
-// StoreReader is implemented by stores that can read a record back, for
-// tests and operators; the engine never reads a record apart from a claim.
-type StoreReader interface {
+// Reader is implemented by stores that can read a record back, for tests
+// and operators; the engine never reads a record apart from a claim.
+type Reader interface {
 	// Read returns the record, or nil when there is none.
 	Read(ctx context.Context, id string) (*Record, error)
 }
@@ -60,54 +60,11 @@ type ClaimRequest struct {
 	TTL         time.Duration // lifetime of an unfinished record: lease + retention
 
 	// OtherFingerprints are, for a Guard with a Sealer that keys
-	// fingerprints (WithSealer), the request's fingerprint keyed with each
+	// fingerprints (idem.WithSealer), the request's fingerprint keyed with each
 	// listed key but the current one. A record stored under one of them is
 	// this request, written before a key rotation. Nil without a Sealer.
 	// Stores compare fingerprints with MatchFingerprint.
 	OtherFingerprints []string
-}
-
-// MatchFingerprint reports how a record that holds the fingerprint stored
-// relates to the request c: ClaimOK when it is the same request, ClaimMismatch
-// when it is another, ClaimUnreadable when c cannot tell.
-//
-// A keyed fingerprint is KEYID.MAC (the key id, a dot, then base64url, which
-// has no dot); a plain one has no dot. A stored fingerprint equal to
-// c.Fingerprint, or to one of c.OtherFingerprints, is the same request. One
-// keyed with the key of c.Fingerprint or of one of c.OtherFingerprints is
-// another request. Anything else (a key c does not list, a keyed record met
-// by a plain request, a plain record met by a keyed request) can be neither
-// verified nor opened: ClaimUnreadable. claim.lua is the same rule in Lua.
-func (c ClaimRequest) MatchFingerprint(stored string) ClaimStatus {
-	if stored == c.Fingerprint {
-		return ClaimOK
-	}
-	kid, keyed := fingerprintKeyID(stored)
-	if own, ownKeyed := fingerprintKeyID(c.Fingerprint); kid == own && keyed == ownKeyed {
-		return ClaimMismatch
-	}
-	if !keyed {
-		return ClaimUnreadable
-	}
-	for _, o := range c.OtherFingerprints {
-		if o == stored {
-			return ClaimOK
-		}
-		if k, _ := fingerprintKeyID(o); k == kid {
-			return ClaimMismatch
-		}
-	}
-	return ClaimUnreadable
-}
-
-// fingerprintKeyID returns the key id of a keyed fingerprint (KEYID.MAC),
-// and reports whether fp is keyed.
-func fingerprintKeyID(fp string) (string, bool) {
-	i := strings.LastIndexByte(fp, '.')
-	if i < 0 {
-		return "", false
-	}
-	return fp[:i], true
 }
 
 // ClaimStatus is the outcome of Store.Claim.
@@ -121,18 +78,8 @@ const (
 	ClaimMismatch                         // the record holds another fingerprint
 	// ClaimUnreadable: the record's fingerprint is keyed with a key the
 	// caller does not list (see ClaimRequest.MatchFingerprint), so it can
-	// be neither verified nor opened. The engine reports ErrUnreadable.
+	// be neither verified nor opened. The engine reports idem.ErrUnreadable.
 	ClaimUnreadable
-)
-
-// Former names of the claim outcomes.
-//
-// Deprecated: use ClaimOK, ClaimCompleted, ClaimBusy and ClaimMismatch.
-const (
-	Claimed   = ClaimOK
-	Completed = ClaimCompleted
-	Busy      = ClaimBusy
-	Mismatch  = ClaimMismatch
 )
 
 // String returns the outcome's name.
@@ -183,7 +130,7 @@ func (s State) String() string {
 	return "UNKNOWN"
 }
 
-// Record is a stored operation, as returned by StoreReader.Read.
+// Record is a stored operation, as returned by Reader.Read.
 type Record struct {
 	State       State
 	Fence       int64
