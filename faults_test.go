@@ -87,7 +87,7 @@ func fastFailOptions(o *redis.Options) *redis.Options {
 }
 
 // opID returns the id of the Do operation on key.
-func opID(key string) string { return op{ns: nsDo, key: key}.id() }
+func opID(key string) string { return op{kind: KindDo, key: key}.id() }
 
 // TestFaultChildProcess is the body of the child processes; run directly, it
 // skips.

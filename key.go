@@ -1,18 +1,13 @@
 package idem
 
 import (
-	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"sync"
 )
 
-// onceFingerprint is the fingerprint of every Once id: a message id stands
-// for one message.
-var onceFingerprint = fingerprint(nil)
+// maxKeyLen is the longest key accepted, in bytes.
+const maxKeyLen = 255
 
 // validKey reports why key is not a valid idempotency key, wrapping
 // ErrInvalidKey, or nil when it is valid.
@@ -31,52 +26,47 @@ func validKey(key string) error {
 	return nil
 }
 
-// fingerprint returns the first 128 bits of the SHA-256 of b, base64url encoded.
-func fingerprint(b []byte) string {
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
-
-// requestFingerprint fingerprints req's canonical JSON: object keys sorted,
-// no insignificant whitespace, numbers as encoded.
-func requestFingerprint(req any) (string, error) {
-	e := jsonEncoders.Get().(*jsonEncoder)
-	defer e.done()
-	if err := e.enc.Encode(req); err != nil {
-		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
+// parseKey returns the key in a header value: the value itself, or the
+// content of an RFC 8941 string ("quoted", with \" and \\ escapes).
+func parseKey(v string) (string, error) {
+	if len(v) == 0 || v[0] != '"' {
+		return v, validKey(v)
 	}
-	b := e.buf.Bytes()
-	b = b[:len(b)-1] // Encode's newline: the rest is json.Marshal's output
-	if len(b) > 0 && (b[0] == '{' || b[0] == '[') {
-		// Structs marshal in field order, maps in key order: canonicalise
-		// so that equal JSON documents fingerprint equally, also across a
-		// deploy that reorders a struct's fields.
-		if fp, ok := canonicalPrint(b, len(b), func(dst []byte) []byte { return dst }); ok {
-			return fp, nil
+	var (
+		b       []byte // only when the string has escapes
+		escaped bool
+	)
+	for i := 1; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '\\':
+			i++
+			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", fmt.Errorf("%w: invalid escape in quoted string", ErrInvalidKey)
+			}
+			if !escaped {
+				escaped = true
+				b = append(make([]byte, 0, len(v)), v[1:i-1]...)
+			}
+			b = append(b, v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", fmt.Errorf("%w: text after the closing quote", ErrInvalidKey)
+			}
+			key := v[1:i]
+			if escaped {
+				key = string(b)
+			}
+			return key, validKey(key)
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("%w: byte %#x is not printable ASCII", ErrInvalidKey, c)
+		default:
+			if escaped {
+				b = append(b, c)
+			}
 		}
 	}
-	return fingerprint(b), nil
-}
-
-// jsonEncoder encodes requests and results into a buffer reused across
-// calls.
-type jsonEncoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
-}
-
-var jsonEncoders = sync.Pool{New: func() any {
-	e := new(jsonEncoder)
-	e.enc = json.NewEncoder(&e.buf)
-	return e
-}}
-
-// done returns e to the pool, unless a large value grew its buffer.
-func (e *jsonEncoder) done() {
-	if e.buf.Cap() <= maxPooledBuffer {
-		e.buf.Reset()
-		jsonEncoders.Put(e)
-	}
+	return "", fmt.Errorf("%w: quoted string without a closing quote", ErrInvalidKey)
 }
 
 // newToken returns a fresh owner token: 48 random bits, base64url encoded.

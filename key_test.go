@@ -3,6 +3,8 @@ package idem
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzValidKey checks that key validation never panics and accepts exactly
@@ -22,4 +24,39 @@ func FuzzValidKey(f *testing.F) {
 			t.Fatalf("validKey(%q) valid = %v, want %v", key, got, want)
 		}
 	})
+}
+
+func TestParseKey(t *testing.T) {
+	for _, tc := range []struct {
+		in, key string
+		ok      bool
+	}{
+		{"abc", "abc", true},
+		{`"abc"`, "abc", true},
+		{`"a\"b\\c"`, `a"b\c`, true},
+		{`a"b`, `a"b`, true}, // not an RFC 8941 string: taken as it is
+		{"8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324", true},
+		{`"` + strings.Repeat("x", 255) + `"`, strings.Repeat("x", 255), true},
+		{"", "", false},
+		{`""`, "", false},
+		{`"`, "", false},
+		{`"abc`, "", false},
+		{`"abc"d`, "", false},
+		{`"abc";a=1`, "", false},
+		{`"a\b"`, "", false},
+		{`"a\`, "", false},
+		{"\"caf\xc3\xa9\"", "", false},
+		{"caf\xc3\xa9", "", false},
+		{"a\x00", "", false},
+		{`"` + strings.Repeat("x", 256) + `"`, "", false},
+		{strings.Repeat("x", 256), "", false},
+	} {
+		key, err := parseKey(tc.in)
+		if !tc.ok {
+			require.ErrorIs(t, err, ErrInvalidKey, "%q", tc.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.in)
+		require.Equal(t, tc.key, key)
+	}
 }

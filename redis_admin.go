@@ -22,62 +22,6 @@ var (
 	forgetScript = newScript(forgetLua)
 )
 
-// Kind is the kind of an operation: what ran it. Each kind has a key space of
-// its own, so equal keys of two kinds never meet.
-type Kind int
-
-// Kinds of operations.
-const (
-	KindDo   Kind = iota + 1 // a key passed to Do
-	KindOnce                 // a message id passed to Guard.Once
-	KindHTTP                 // an idempotency key under Guard.Middleware
-)
-
-// String returns the kind's name: "do", "once" or "http".
-func (k Kind) String() string {
-	switch k {
-	case KindDo:
-		return "do"
-	case KindOnce:
-		return "once"
-	case KindHTTP:
-		return "http"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
-
-// namespace returns the kind's namespace byte in operation ids, 0 for an
-// unknown kind.
-func (k Kind) namespace() byte {
-	switch k {
-	case KindDo:
-		return nsDo
-	case KindOnce:
-		return nsOnce
-	case KindHTTP:
-		return nsHTTP
-	}
-	return 0
-}
-
-// OperationID returns the id of an operation (its Attempt.ID) from what its
-// caller knows: the kind, the scope and the key. The id names the
-// operation's Redis keys (RedisStore.Keys) and is what Inspect and Forget
-// take. It returns "" for an unknown kind.
-//
-// Do and Once have no scope: pass "". For KindHTTP, scope is what the
-// WithScope function returned for the request ("" without WithScope), and
-// key is the Idempotency-Key as the middleware reads it: a quoted value
-// (RFC 8941) without its quotes and escapes, so that "abc" and abc name one
-// operation.
-func OperationID(kind Kind, scope, key string) string {
-	ns := kind.namespace()
-	if ns == 0 {
-		return ""
-	}
-	return op{ns: ns, scope: scope, key: key}.id()
-}
-
 // Inspection is what Inspect finds of one operation.
 type Inspection struct {
 	ID        string // the operation's id

@@ -216,38 +216,6 @@ func additionalData(head, binding []byte) []byte {
 	return append(append(ad, head...), binding...)
 }
 
-// WithSealer seals what the Guard stores with s (see Sealer; use
-// NewAESGCMSealer): Do and Once results, Permanent errors, HTTP responses and
-// checkpoint values. Each is bound to its operation's id and slot: a
-// result or response to id+"\x00result", a checkpoint to
-// id+"\x00cp\x00"+name. A value that does not open makes the operation fail
-// with ErrUnreadable (the middleware: 500), and its function is not run;
-// the Guard logs it at error level with the value's key id, never key
-// material. The default is no sealing. A nil Sealer (say, the result of a
-// NewAESGCMSealer whose error was ignored) makes every operation fail with
-// ErrStoreUnavailable: nothing is stored unsealed by mistake.
-//
-// With a Sealer that implements idemstore.FingerprintKeyer (NewAESGCMSealer's does),
-// the stored request fingerprint is keyed too: its secret is derived from
-// the current sealing key (HMAC-SHA-256(key, "idem fingerprint v1")), and a
-// record keyed with any other listed key is still recognised, so a retry
-// after a rotation replays and a changed request still gets ErrMismatch.
-// With any other Sealer the fingerprint stays the plain SHA-256 of the
-// request, which whoever reads the store can check a guessed request
-// against.
-//
-// What stays in the clear: the record's state, fence, owner token and
-// creation time, checkpoint names, key ids, TTLs, and the Redis key names
-// (which hold the operation's id, a hash of its scope and key).
-//
-// Turning sealing on, or off, on a store that holds records makes those
-// records unreadable to the Guards of the other kind until they expire: their
-// operations get ErrUnreadable. Switch when the store is empty (a new
-// prefix, WithPrefix) or accept that for one retention.
-func WithSealer(s Sealer) Option {
-	return func(g *Guard) { g.sealer, g.sealerSet = s, true }
-}
-
 // listedKeys renders the key ids of a Guard's fingerprint keys for a log.
 func listedKeys(ids []string) string {
 	if len(ids) == 0 {

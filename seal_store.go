@@ -197,18 +197,6 @@ func (s *sealedStore) open(ctx context.Context, id, slot string, sealed, binding
 	return nil, err
 }
 
-// unreadableRecord reports a claim that found the record's fingerprint keyed
-// with a key the Guard does not list (ClaimUnreadable), and logs it.
-func (g *Guard) unreadableRecord(ctx context.Context, id string) error {
-	var ids []string
-	if s, ok := g.store.(*sealedStore); ok {
-		ids = s.keyIDs()
-	}
-	g.log.ErrorContext(ctx, "idem: the record's fingerprint is keyed with a key this Guard does not list; the operation is refused and not run again",
-		"event", "fingerprint_key_unlisted", "id", id, "keys", listedKeys(ids))
-	return fmt.Errorf("%w: the record's fingerprint is keyed with a key this Guard does not list (this Guard's: %s)", ErrUnreadable, listedKeys(ids))
-}
-
 // resultBinding is the binding of an operation's result or response.
 func resultBinding(id string) []byte {
 	return append(append(make([]byte, 0, len(id)+7), id...), "\x00result"...)

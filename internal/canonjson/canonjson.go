@@ -1,4 +1,8 @@
-package idem
+// Package canonjson writes JSON texts in canonical form, so that two texts
+// that decode to equal values fingerprint equally: no insignificant
+// whitespace, object members sorted by name, strings with only the escapes
+// JSON requires, numbers as written.
+package canonjson
 
 import (
 	"bytes"
@@ -7,14 +11,14 @@ import (
 	"unicode/utf8"
 )
 
-// maxJSONDepth bounds the nesting canonicalJSON accepts, as encoding/json does.
+// maxJSONDepth bounds the nesting Append accepts, as encoding/json does.
 const maxJSONDepth = 10000
 
 // maxMoves bounds how often a byte may be rewritten with the objects out of
 // order around it as soon as they are parsed (see place).
 const maxMoves = 3
 
-// canonicalJSON appends to dst the canonical form of the JSON text src and
+// Append appends to dst the canonical form of the JSON text src and
 // reports whether src is exactly one JSON value whose objects have distinct
 // member names. The canonical form has no insignificant whitespace, object
 // members sorted by name, strings with only the escapes JSON requires (", \
@@ -33,14 +37,14 @@ const maxMoves = 3
 // order is rewritten either at once, when nothing inside it waits (see
 // place), or in one final pass (rewrite), so that no byte moves more than
 // a few times however deep the objects nest.
-func canonicalJSON(dst, src []byte) ([]byte, bool) {
-	c := canonicalizer{src: src, dst: dst}
+func Append(dst, src []byte) ([]byte, bool) {
+	c := Canonicalizer{src: src, dst: dst}
 	return c.run()
 }
 
-// canonicalizer holds the state of one canonicalisation. Its buffers may be
-// reused (reset) for the next.
-type canonicalizer struct {
+// Canonicalizer holds the state of one canonicalisation. Its buffers may be
+// reused (Reset) for the next.
+type Canonicalizer struct {
 	src, dst []byte
 	i        int
 	members  []member  // a stack: the members of the objects being parsed
@@ -64,7 +68,7 @@ type member struct{ start, keyEnd, end int32 }
 type reorder struct{ open, close, m0, m1, inner int32 }
 
 // run canonicalises c.src after the bytes c.dst holds.
-func (c *canonicalizer) run() ([]byte, bool) {
+func (c *Canonicalizer) run() ([]byte, bool) {
 	dst := c.dst
 	if len(c.dst)+len(c.src) > math.MaxInt32 {
 		return dst, false // positions are int32; the output is never longer than the input
@@ -83,19 +87,36 @@ func (c *canonicalizer) run() ([]byte, bool) {
 	return c.dst, true
 }
 
-// reset readies c for another run that appends to dst.
-func (c *canonicalizer) reset(dst []byte) {
+// Append appends to dst the canonical form of src, as the function Append
+// does, reusing c's buffers. Once the result is no longer needed, Reset
+// takes it back for the next run.
+func (c *Canonicalizer) Append(dst, src []byte) ([]byte, bool) {
+	c.src, c.dst = src, dst
+	return c.run()
+}
+
+// Buffer returns c's output buffer, empty, with room for at least n bytes:
+// the dst to give Append.
+func (c *Canonicalizer) Buffer(n int) []byte {
+	if cap(c.dst) < n {
+		c.dst = make([]byte, 0, n) // the canonical form is never longer
+	}
+	return c.dst[:0]
+}
+
+// Reset readies c for another run that appends to dst.
+func (c *Canonicalizer) Reset(dst []byte) {
 	c.src, c.dst, c.i, c.moves, c.dupKeys = nil, dst[:0], 0, 0, false
 	c.members, c.objs, c.sorted, c.folds, c.tops = c.members[:0], c.objs[:0], c.sorted[:0], c.folds[:0], c.tops[:0]
 }
 
-// small reports whether c's buffers are small enough to keep for reuse.
-func (c *canonicalizer) small(limit int) bool {
+// Small reports whether c's buffers are small enough to keep for reuse.
+func (c *Canonicalizer) Small(limit int) bool {
 	return cap(c.dst) <= limit && cap(c.tmp) <= limit && cap(c.members) <= limit/32 &&
 		cap(c.objs) <= limit/64 && cap(c.sorted) <= limit/32 && cap(c.folds) <= limit/32 && cap(c.tops) <= limit/8
 }
 
-func (c *canonicalizer) space() {
+func (c *Canonicalizer) space() {
 	for c.i < len(c.src) {
 		switch c.src[c.i] {
 		case ' ', '\t', '\n', '\r':
@@ -106,7 +127,7 @@ func (c *canonicalizer) space() {
 	}
 }
 
-func (c *canonicalizer) value(depth int) bool {
+func (c *Canonicalizer) value(depth int) bool {
 	if c.i >= len(c.src) || depth > maxJSONDepth {
 		return false
 	}
@@ -127,7 +148,7 @@ func (c *canonicalizer) value(depth int) bool {
 	return c.number()
 }
 
-func (c *canonicalizer) literal(s string) bool {
+func (c *Canonicalizer) literal(s string) bool {
 	if !bytes.HasPrefix(c.src[c.i:], []byte(s)) {
 		return false
 	}
@@ -136,7 +157,7 @@ func (c *canonicalizer) literal(s string) bool {
 	return true
 }
 
-func (c *canonicalizer) array(depth int) bool {
+func (c *Canonicalizer) array(depth int) bool {
 	c.i++
 	c.dst = append(c.dst, '[')
 	c.space()
@@ -170,7 +191,7 @@ func (c *canonicalizer) array(depth int) bool {
 
 // object copies an object with its members as they come, then puts them in
 // order (see place).
-func (c *canonicalizer) object(depth int) bool {
+func (c *Canonicalizer) object(depth int) bool {
 	c.i++
 	open := len(c.dst)
 	c.dst = append(c.dst, '{')
@@ -230,7 +251,7 @@ func (c *canonicalizer) object(depth int) bool {
 
 // str copies a string in canonical form: the escapes decoded, then only ",
 // \ and control characters escaped.
-func (c *canonicalizer) str() bool {
+func (c *Canonicalizer) str() bool {
 	c.i++ // opening quote
 	c.dst = append(c.dst, '"')
 	for c.i < len(c.src) {
@@ -289,7 +310,7 @@ func (c *canonicalizer) str() bool {
 }
 
 // lowSurrogate returns the \uXXXX escape at c.i, if there is one.
-func (c *canonicalizer) lowSurrogate() (rune, bool) {
+func (c *Canonicalizer) lowSurrogate() (rune, bool) {
 	if c.i+6 > len(c.src) || c.src[c.i] != '\\' || c.src[c.i+1] != 'u' {
 		return 0, false
 	}
@@ -297,7 +318,7 @@ func (c *canonicalizer) lowSurrogate() (rune, bool) {
 }
 
 // appendRune writes a decoded \u escape in canonical form.
-func (c *canonicalizer) appendRune(r rune) {
+func (c *Canonicalizer) appendRune(r rune) {
 	switch r {
 	case '"', '\\':
 		c.dst = append(c.dst, '\\', byte(r))
@@ -346,7 +367,7 @@ func hexDigit(r rune) byte { return "0123456789abcdef"[r&0xf] }
 
 // number copies a number as written, after checking its grammar:
 // -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
-func (c *canonicalizer) number() bool {
+func (c *Canonicalizer) number() bool {
 	s, i := c.src, c.i
 	digits := func() bool {
 		j := i
