@@ -9,6 +9,28 @@ import (
 	"github.com/idemkit/idem/idemstore"
 )
 
+// op names one logical operation: a key of a kind and a scope, and the
+// fingerprint of the request it stands for.
+type op struct {
+	kind  Kind
+	scope string
+	key   string
+	fp    string
+	// detach runs fn on a context without the caller's cancellation: the
+	// claim and any wait still end with the caller's context, fn does not.
+	detach bool
+	// wait is how long a duplicate waits for the holder's result (WithWait).
+	wait time.Duration
+	// obs is the operation's report to the Guard's Observer, or nil.
+	obs *observation
+	// retention, when positive, is kept by the op's records instead of the
+	// Guard's retention (WithRouteRetention).
+	retention time.Duration
+}
+
+// id returns the operation's id (Attempt.ID); see operationID.
+func (o op) id() string { return operationID(o.kind, o.scope, o.key) }
+
 // runFunc is what the engine runs as the owner of a claim. It returns the
 // payload to store and whether to store it; false releases the claim, so
 // that the next attempt runs again. The function's own error, if it has

@@ -189,19 +189,13 @@ func New(store idemstore.Store, opts ...Option) *Guard {
 		g.store, g.unusable = nil, fmt.Sprintf("WithSealer got a nil Sealer (%T); nothing is stored unsealed", g.sealer)
 		g.log.Error("idem: "+g.unusable+"; every operation fails with ErrStoreUnavailable", "event", "sealer_missing")
 	case g.sealer != nil && g.store != nil:
-		ss := newSealedStore(g.store, g.sealer, g.log)
+		ss := newSealedStore(g.store, g.sealer, g.log, defaultWriteTimeout)
 		g.store, g.fingerprintKeyIDs = ss, ss.keyIDs()
 	}
 	if d, ok := g.store.(deadlineStore); ok {
 		g.inlineWrites = d.honoursDeadlines()
 	}
 	return g
-}
-
-// deadlineStore is a Store that may know that its calls return by the
-// deadline of their context.
-type deadlineStore interface {
-	honoursDeadlines() bool
 }
 
 // isNil reports whether v is a nil pointer, map, func, channel or slice in

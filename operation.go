@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"time"
 )
 
 // Kind is the kind of an operation: what ran it. Each kind has a key space of
@@ -60,7 +59,7 @@ func OperationID(kind Kind, scope, key string) string {
 	if kind.namespace() == 0 {
 		return ""
 	}
-	return op{kind: kind, scope: scope, key: key}.id()
+	return operationID(kind, scope, key)
 }
 
 // Namespaces keep Do keys, Once ids and HTTP keys apart.
@@ -70,36 +69,17 @@ const (
 	nsHTTP byte = 'h'
 )
 
-// op names one logical operation: a key of a kind and a scope, and the
-// fingerprint of the request it stands for.
-type op struct {
-	kind  Kind
-	scope string
-	key   string
-	fp    string
-	// detach runs fn on a context without the caller's cancellation: the
-	// claim and any wait still end with the caller's context, fn does not.
-	detach bool
-	// wait is how long a duplicate waits for the holder's result (WithWait).
-	wait time.Duration
-	// obs is the operation's report to the Guard's Observer, or nil.
-	obs *observation
-	// retention, when positive, is kept by the op's records instead of the
-	// Guard's retention (WithRouteRetention).
-	retention time.Duration
-}
-
-// id returns the operation's stable, opaque id: the first 128 bits of the
-// SHA-256 of its kind's namespace, scope and key, base64url encoded (22
-// characters).
-// Hashing keeps any key out of another's key space and gives every Redis key
-// of the operation one hash tag.
-func (o op) id() string {
+// operationID returns the stable, opaque id of the operation of kind, scope
+// and key: the first 128 bits of the SHA-256 of the kind's namespace, the
+// scope and the key, base64url encoded (22 characters). Hashing keeps any
+// key out of another's key space and gives every Redis key of the operation
+// one hash tag.
+func operationID(kind Kind, scope, key string) string {
 	var buf [128]byte
-	b := append(buf[:0], o.kind.namespace())
-	b = binary.BigEndian.AppendUint64(b, uint64(len(o.scope)))
-	b = append(b, o.scope...)
-	b = append(b, o.key...)
+	b := append(buf[:0], kind.namespace())
+	b = binary.BigEndian.AppendUint64(b, uint64(len(scope)))
+	b = append(b, scope...)
+	b = append(b, key...)
 	sum := sha256.Sum256(b)
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }

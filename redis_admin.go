@@ -109,6 +109,15 @@ func (s *RedisStore) Inspect(ctx context.Context, id string) (*Inspection, error
 	return in, nil
 }
 
+// Read implements idemstore.Reader: Inspect's record, nil when there is none.
+func (s *RedisStore) Read(ctx context.Context, id string) (*idemstore.Record, error) {
+	in, err := s.Inspect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return in.Record, nil
+}
+
 // describePayload tells what a completed record's payload holds: a response
 // stored by the middleware, or a result stored by Do or Once. Their tags
 // differ, so the payload alone decides.

@@ -281,15 +281,6 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	return owned(s.run(ctx, c).Int64())
 }
 
-// Read implements idemstore.Reader: Inspect's record, nil when there is none.
-func (s *RedisStore) Read(ctx context.Context, id string) (*idemstore.Record, error) {
-	in, err := s.Inspect(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return in.Record, nil
-}
-
 // owned maps a script's 1/0 reply to nil/ErrLeaseLost.
 func owned(n int64, err error) error {
 	switch {

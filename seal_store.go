@@ -26,6 +26,9 @@ type sealedStore struct {
 	log             *slog.Logger
 	fkeys           []*fingerprintKey // the current key first; none: plain fingerprints
 	bad             error             // a FingerprintKeyer that gave unusable keys
+	// releaseTimeout bounds the release of a claim whose checkpoints do
+	// not open.
+	releaseTimeout time.Duration
 }
 
 // honoursDeadlines reports what the wrapped store does.
@@ -40,9 +43,10 @@ type fingerprintKey struct {
 	macs sync.Pool // of hash.Hash: HMAC-SHA-256 under the key's secret
 }
 
-// newSealedStore returns st sealed by s, logging to log.
-func newSealedStore(st idemstore.Store, s Sealer, log *slog.Logger) *sealedStore {
-	ss := &sealedStore{Store: st, sealer: s, log: log}
+// newSealedStore returns st sealed by s, logging to log; a release it makes
+// itself waits at most releaseTimeout.
+func newSealedStore(st idemstore.Store, s Sealer, log *slog.Logger, releaseTimeout time.Duration) *sealedStore {
+	ss := &sealedStore{Store: st, sealer: s, log: log, releaseTimeout: releaseTimeout}
 	fk, ok := s.(idemstore.FingerprintKeyer)
 	if !ok {
 		return ss
@@ -144,7 +148,7 @@ func (s *sealedStore) Claim(ctx context.Context, id string, c idemstore.ClaimReq
 // release gives up a claim whose checkpoints do not open, so that the key
 // is not held for a lease by an attempt that never runs.
 func (s *sealedStore) release(ctx context.Context, id, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
 	if err := s.Store.Release(rctx, id, owner); err != nil && !errors.Is(err, ErrLeaseLost) {
 		s.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "event", "release_failed", "id", id, "err", err)
