@@ -125,12 +125,12 @@ func startObservation(ctx context.Context, o Observer, log *slog.Logger, kind Ki
 }
 
 // end ends the operation, once.
-func (ob *observation) end(outcome Outcome, err error) {
+func (ob *observation) end(oc Outcome, err error) {
 	if ob == nil || ob.ended {
 		return
 	}
 	ob.ended = true
-	ob.ev.Outcome, ob.ev.Err, ob.ev.Duration = outcome, err, time.Since(ob.start)
+	ob.ev.Outcome, ob.ev.Err, ob.ev.Duration = oc, err, time.Since(ob.start)
 	ob.safely(func() { ob.observer.End(ob.ctx, ob.ev) })
 }
 
