@@ -20,10 +20,11 @@ import (
 
 // onceFingerprint is the fingerprint of every Once id: a message id stands
 // for one message.
-var onceFingerprint = fingerprint(nil)
+var onceFingerprint = hash128(nil)
 
-// fingerprint returns the first 128 bits of the SHA-256 of b, base64url encoded.
-func fingerprint(b []byte) string {
+// hash128 returns the first 128 bits of the SHA-256 of b, base64url encoded:
+// the fingerprint of a request from its canonical bytes.
+func hash128(b []byte) string {
 	sum := sha256.Sum256(b)
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
@@ -46,7 +47,7 @@ func requestFingerprint(req any) (string, error) {
 			return fp, nil
 		}
 	}
-	return fingerprint(b), nil
+	return hash128(b), nil
 }
 
 // jsonEncoder encodes requests and results into a buffer reused across
@@ -128,7 +129,7 @@ func canonicalPrint(src []byte, size int, head func([]byte) []byte) (string, boo
 	out, ok := c.Append(head(c.Buffer(size)), src)
 	var fp string
 	if ok {
-		fp = fingerprint(out)
+		fp = hash128(out)
 	}
 	c.Reset(out)
 	if c.Small(maxPooledBuffer) {

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"compress/flate"
 	"errors"
 	"fmt"
@@ -187,25 +186,6 @@ var deflaters = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(nil, flate.BestSpeed)
 	return w
 }}
-
-// encodePayload returns the payload to store and its format: deflated when
-// it is at least s.compressAbove bytes and deflating makes it smaller. A
-// payload that looks random (sealed values, compressed media) is stored as
-// is without trying.
-func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
-	if s.compressAbove <= 0 || len(p) < s.compressAbove || looksRandom(p) {
-		return formatRaw, p
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(p) / 2)
-	w := deflaters.Get().(*flate.Writer)
-	defer deflaters.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
-		return formatRaw, p
-	}
-	return formatDeflate, buf.Bytes()
-}
 
 // looksRandom reports whether the first 256 bytes of p take more distinct
 // values than text ever does: 256 random bytes take about 162 of the 256

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	_ "embed"
 	"errors"
@@ -303,3 +305,22 @@ func ms(d time.Duration) any {
 }
 
 var boxedMs sync.Map // time.Duration → any(int64)
+
+// encodePayload returns the payload to store and its format: deflated when
+// it is at least s.compressAbove bytes and deflating makes it smaller. A
+// payload that looks random (sealed values, compressed media) is stored as
+// is without trying.
+func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
+	if s.compressAbove <= 0 || len(p) < s.compressAbove || looksRandom(p) {
+		return formatRaw, p
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(p) / 2)
+	w := deflaters.Get().(*flate.Writer)
+	defer deflaters.Put(w)
+	w.Reset(&buf)
+	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
+		return formatRaw, p
+	}
+	return formatDeflate, buf.Bytes()
+}
