@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
@@ -84,7 +85,7 @@ func TestACLLeastPrivilege(t *testing.T) {
 
 	t.Run("contract", func(t *testing.T) {
 		idemtest.Run(t, idemtest.Harness{
-			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 				return idem.NewRedisStore(c), time.Sleep
 			},
 			Lease: 400 * time.Millisecond,

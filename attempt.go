@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Attempt describes one run of an operation's function. The function gets it
@@ -26,7 +28,7 @@ type Attempt struct {
 	// have seen (a fencing token).
 	Fence int64
 
-	store Store
+	store idemstore.Store
 	owner string
 
 	mu  sync.Mutex

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -115,7 +116,7 @@ func TestClusterDo(t *testing.T) {
 		require.ErrorIs(t, b.client.Get(ctx, b.leaseKey(id)).Err(), redis.Nil, "completion drops the lease")
 		rec, err := store.Read(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, StateCompleted, rec.State)
+		require.Equal(t, idemstore.StateCompleted, rec.State)
 	}
 	require.Greater(t, len(slots), keys*3/4, "keys spread over many slots")
 	require.Len(t, usedMasters, 3, "keys reach every master: %v", usedMasters)
@@ -229,9 +230,9 @@ func TestClusterTakeover(t *testing.T) {
 	const keys = 24
 	for i := range keys {
 		id := opID(fmt.Sprintf("job-%d", i))
-		res, err := store.Claim(ctx, id, ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: lease + time.Hour})
+		res, err := store.Claim(ctx, id, idemstore.ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: lease + time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, Claimed, res.Status)
+		require.Equal(t, idemstore.ClaimOK, res.Status)
 		require.NoError(t, store.Checkpoint(ctx, id, "dead", "step", fmt.Append(nil, i)))
 	}
 	claimed := time.Now()

@@ -68,29 +68,25 @@ func Do[T any](ctx context.Context, g *Guard, key string, req any, fn func(ctx c
 	var (
 		v    T
 		ferr error
+		res  T
 	)
-	ctx, ob := g.observe(ctx, KindDo)
-	defer ob.abort()
-	out, err := g.exec(ctx, op{ns: nsDo, key: key, fp: fp, wait: g.defaultWait(), obs: ob}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
+	rerr := g.exec(ctx, op{kind: KindDo, key: key, fp: fp, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
 		v, ferr = fn(ctx, a)
 		var p []byte
 		p, ferr = encodeResult(v, ferr)
 		return p, p != nil
-	})
-	res, rerr := zero, err
-	switch {
-	case out.replayed:
-		res, rerr = decodeResult[T](out.payload)
-	case out.ran:
-		res, rerr = v, joinErrors(ferr, err)
-	}
-	if ob != nil {
-		outcome := outcomeOf(ctx, out, err)
-		if out.replayed && rerr != nil && !errors.Is(rerr, ErrPermanent) {
-			outcome = OutcomeUnreadable
+	}, func(out outcome, err error) (error, bool) {
+		switch {
+		case out.replayed:
+			var derr error
+			res, derr = decodeResult[T](out.payload)
+			return derr, derr != nil && !errors.Is(derr, ErrPermanent)
+		case out.ran:
+			res = v
+			return joinErrors(ferr, err), false
 		}
-		ob.end(outcome, rerr)
-	}
+		return err, false
+	})
 	return res, rerr
 }
 
@@ -138,9 +134,7 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 		return false, errors.New("idem: Once with a nil function")
 	}
 	var ferr error
-	ctx, ob := g.observe(ctx, KindOnce)
-	defer ob.abort()
-	out, err := g.exec(ctx, op{ns: nsOnce, key: id, fp: onceFingerprint, wait: g.defaultWait(), obs: ob}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
+	rerr := g.exec(ctx, op{kind: KindOnce, key: id, fp: onceFingerprint, wait: g.defaultWait()}, func(ctx context.Context, a *Attempt) ([]byte, bool) {
 		ferr = fn(ctx)
 		switch {
 		case ferr == nil:
@@ -149,18 +143,17 @@ func (g *Guard) Once(ctx context.Context, id string, fn func(ctx context.Context
 			return encodeError(ferr), true
 		}
 		return nil, false
+	}, func(out outcome, err error) (error, bool) {
+		ran = out.ran
+		switch {
+		case out.replayed && len(out.payload) > 0 && out.payload[0] == payloadError:
+			return &permanentError{err: errors.New(string(out.payload[1:]))}, false
+		case !out.replayed:
+			return joinErrors(ferr, err), false
+		}
+		return nil, false
 	})
-	var rerr error
-	switch {
-	case out.replayed && len(out.payload) > 0 && out.payload[0] == payloadError:
-		rerr = &permanentError{err: errors.New(string(out.payload[1:]))}
-	case !out.replayed:
-		rerr = joinErrors(ferr, err)
-	}
-	if ob != nil {
-		ob.end(outcomeOf(ctx, out, err), rerr)
-	}
-	return out.ran, rerr
+	return ran, rerr
 }
 
 // Payload tags for results stored by Do and Once.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // TestDoAnyReplaysBytesAndStrings: Do[any] whose fn returns a string or a
@@ -101,7 +102,7 @@ func TestDoRefusesUnencodableResultTypes(t *testing.T) {
 }
 
 // nilStore is a Store type whose nil pointer would panic in every method.
-type nilStore struct{ idem.Store }
+type nilStore struct{ idemstore.Store }
 
 // TestNilStores: a nil *RedisStore, a typed-nil Store of any type and a
 // typed-nil Redis client give ErrStoreUnavailable with a clear message, never
@@ -110,7 +111,7 @@ func TestNilStores(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name  string
-		store idem.Store
+		store idemstore.Store
 		says  string
 	}{
 		{"nil *RedisStore", (*idem.RedisStore)(nil), "nil *idem.RedisStore"},

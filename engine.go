@@ -2,28 +2,18 @@ package idem
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/wire"
 )
 
-// Namespaces keep Do keys, Once ids and HTTP keys apart.
-const (
-	nsDo   byte = 'd'
-	nsOnce byte = 'o'
-	nsHTTP byte = 'h'
-)
-
-// op names one logical operation: a key in a namespace and a scope, and the
+// op names one logical operation: a key of a kind and a scope, and the
 // fingerprint of the request it stands for.
 type op struct {
-	ns    byte
+	kind  Kind
 	scope string
 	key   string
 	fp    string
@@ -39,19 +29,8 @@ type op struct {
 	retention time.Duration
 }
 
-// id returns the operation's stable, opaque id: the first 128 bits of the
-// SHA-256 of its namespace, scope and key, base64url encoded (22 characters).
-// Hashing keeps any key out of another's key space and gives every Redis key
-// of the operation one hash tag.
-func (o op) id() string {
-	var buf [128]byte
-	b := append(buf[:0], o.ns)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(o.scope)))
-	b = append(b, o.scope...)
-	b = append(b, o.key...)
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
+// id returns the operation's id (Attempt.ID); see operationID.
+func (o op) id() string { return operationID(o.kind, o.scope, o.key) }
 
 // runFunc is what the engine runs as the owner of a claim. It returns the
 // payload to store and whether to store it; false releases the claim, so
@@ -70,7 +49,50 @@ type outcome struct {
 	lost     bool   // the lease was lost while fn ran
 }
 
-// exec is the engine under Do, Once and the HTTP middleware. It validates the
+// resultFunc turns what exec did, out, and the engine's error err into the
+// result of exec's caller (Do, Once, the middleware): it decodes or sends a
+// replayed payload, or joins fn's own error with err. It returns the error
+// the caller reports, and whether a replayed payload could not be read
+// back.
+type resultFunc func(out outcome, err error) (rerr error, unreadable bool)
+
+// exec is the engine under Do, Once and the HTTP middleware: it runs the
+// operation o (see claimAndRun) and hands what happened to result, whose
+// error it returns. It reports the operation to the Guard's Observer: it
+// starts the operation before the claim (unless o.obs holds one its caller
+// started: the middleware refuses some requests before there is an
+// operation to run), runs fn under the context the Observer returned, and
+// ends it with the outcome and result's error. A panic in fn ends it as
+// released and continues.
+func (g *Guard) exec(ctx context.Context, o op, fn runFunc, result resultFunc) error {
+	if o.obs == nil {
+		ctx, o.obs = g.observe(ctx, o.kind)
+	}
+	ob := o.obs
+	defer ob.abort() // a no-op once ended
+	out, err := g.claimAndRun(ctx, o, fn)
+	rerr, unreadable := result(out, err)
+	if ob != nil {
+		oc := outcomeOf(ctx, out, err)
+		if unreadable {
+			oc = OutcomeUnreadable
+		}
+		ob.end(oc, rerr)
+	}
+	return rerr
+}
+
+// observe starts an operation of kind for the Guard's Observer and returns
+// its context: the one the Observer's Start returned, or ctx when there is
+// no Observer.
+func (g *Guard) observe(ctx context.Context, kind Kind) (context.Context, *observation) {
+	if g == nil {
+		return ctx, nil
+	}
+	return startObservation(ctx, g.observer, g.log, kind)
+}
+
+// claimAndRun runs the operation o. It validates the
 // key, claims the operation (waiting per the op's wait while another attempt
 // holds it) and returns a stored payload as replayed without running fn.
 // Otherwise it runs fn under a renewed lease, then releases the claim (keep
@@ -78,7 +100,7 @@ type outcome struct {
 // from ctx). The error is the engine's: the store's or the lease's before fn
 // ran (fn did not run), or ErrNotRecorded joined with the cause after. A
 // panic in fn releases the claim and continues.
-func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
+func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	if g == nil || g.store == nil {
 		why := "the Guard has no store"
 		if g != nil {
@@ -91,7 +113,7 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	}
 	id := o.id()
 	owner := newToken()
-	req := ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
+	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
 	var deadline time.Time
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
@@ -107,19 +129,19 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 			return outcome{}, g.storeError(ctx, err)
 		}
 		switch res.Status {
-		case ClaimCompleted:
+		case idemstore.ClaimCompleted:
 			return outcome{payload: res.Payload, replayed: true}, nil
-		case ClaimMismatch:
+		case idemstore.ClaimMismatch:
 			return outcome{}, ErrMismatch
-		case ClaimOK:
+		case idemstore.ClaimOK:
 			rctx := ctx
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
 			return g.run(rctx, o, id, owner, sent, res, fn)
-		case ClaimUnreadable:
+		case idemstore.ClaimUnreadable:
 			return outcome{}, g.unreadableRecord(ctx, id)
-		case ClaimBusy:
+		case idemstore.ClaimBusy:
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}
@@ -133,6 +155,40 @@ func (g *Guard) exec(ctx context.Context, o op, fn runFunc) (outcome, error) {
 			return outcome{}, fmt.Errorf("%w: claim returned unknown status %d", ErrStoreUnavailable, res.Status)
 		}
 	}
+}
+
+// outcomeOf names how an operation ended, from what exec returned: out and
+// the engine's error err (not fn's own), in ctx, the caller's context.
+func outcomeOf(ctx context.Context, out outcome, err error) Outcome {
+	if out.replayed {
+		return OutcomeReplayed
+	}
+	if out.ran {
+		switch {
+		case out.lost || errors.Is(err, ErrLeaseLost):
+			return OutcomeLeaseLost
+		case err != nil:
+			return OutcomeNotRecorded
+		case out.stored:
+			return OutcomeExecuted
+		}
+		return OutcomeReleased
+	}
+	switch {
+	case errors.Is(err, ErrInProgress):
+		return OutcomeInProgress
+	case errors.Is(err, ErrMismatch):
+		return OutcomeMismatch
+	case errors.Is(err, ErrInvalidKey):
+		return OutcomeInvalidKey
+	case errors.Is(err, ErrUnreadable):
+		return OutcomeUnreadable
+	case errors.Is(err, ErrStoreUnavailable):
+		return OutcomeStoreUnavailable
+	case ctx.Err() != nil:
+		return OutcomeCanceled
+	}
+	return OutcomeStoreUnavailable
 }
 
 // waiter paces the claims of a duplicate waiting (WithWait) while another
@@ -158,7 +214,7 @@ const watchPoll = 2 * time.Second
 func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.watched {
 		w.watched = true
-		if st, ok := w.g.store.(Watcher); ok {
+		if st, ok := w.g.store.(idemstore.Watcher); ok {
 			var err error
 			if w.notify, w.stop, err = st.Watch(ctx, w.id); err == nil {
 				return nil // watching: claim again at once, in case it completed meanwhile
@@ -195,7 +251,7 @@ func (w *waiter) close() {
 }
 
 // run runs fn as the owner of the claim of o, sent at claimed.
-func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res ClaimResult, fn runFunc) (outcome, error) {
+func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res idemstore.ClaimResult, fn runFunc) (outcome, error) {
 	t := o.obs.now()
 	claimed, err := g.confirmLease(ctx, id, owner, claimed)
 	o.obs.storeSince(t)
@@ -240,6 +296,15 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	return out, nil
 }
 
+// retentionOf returns how long the records of o are kept: its own retention
+// (WithRouteRetention) or the Guard's.
+func (g *Guard) retentionOf(o op) time.Duration {
+	if o.retention > 0 {
+		return o.retention
+	}
+	return g.retention
+}
+
 // joinErrors combines fn's own error with the engine's (ErrNotRecorded
 // after fn ran), fn's first.
 func joinErrors(ferr, err error) error {
@@ -250,65 +315,6 @@ func joinErrors(ferr, err error) error {
 		return ferr
 	}
 	return errors.Join(ferr, err)
-}
-
-// release gives up a claim so that the next attempt runs again. Failures are
-// logged: the claim then lasts until its lease expires.
-func (g *Guard) release(ctx context.Context, id, owner string) {
-	err := g.bounded(ctx, func(ctx context.Context) error { return g.store.Release(ctx, id, owner) })
-	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		g.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "event", "release_failed", "id", id, "err", err)
-	}
-}
-
-// errWriteTimeout reports a store write that did not answer within the
-// Guard's write timeout.
-var errWriteTimeout = errors.New("idem: the store did not answer within the write timeout")
-
-// bounded runs a store write detached from ctx's cancellation and waits for
-// it at most the write timeout (WithWriteTimeout). The call gets a context
-// with that deadline. A store whose client returns by the deadline (a
-// RedisStore on a go-redis client with ContextTimeoutEnabled) is called on
-// the caller's goroutine. Another may ignore it (go-redis does unless
-// ContextTimeoutEnabled is set): the call then runs on a goroutine of its
-// own, which is left to finish within the client's own timeouts when the
-// deadline passes, and bounded reports errWriteTimeout.
-func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
-	if ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	if g.inlineWrites {
-		wctx, cancel := context.WithTimeout(ctx, g.write)
-		defer cancel()
-		err := f(wctx)
-		if err != nil && wctx.Err() != nil {
-			return fmt.Errorf("%w: %w", errWriteTimeout, err)
-		}
-		return err
-	}
-	w := &boundedWrite{f: f}
-	w.ctx, w.cancel = context.WithTimeout(ctx, g.write)
-	go w.run()
-	<-w.ctx.Done() // the write's end cancels it too
-	if w.done.Load() {
-		return w.err
-	}
-	return errWriteTimeout
-}
-
-// boundedWrite is a store write run by bounded.
-type boundedWrite struct {
-	f      func(ctx context.Context) error
-	ctx    context.Context
-	cancel context.CancelFunc
-	err    error
-	done   atomic.Bool // err is set
-}
-
-func (w *boundedWrite) run() {
-	w.err = w.f(w.ctx)
-	w.done.Store(true)
-	w.cancel()
 }
 
 // storeError wraps a store failure as ErrStoreUnavailable, unless it was the
@@ -322,4 +328,13 @@ func (g *Guard) storeError(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+}
+
+// unreadableRecord reports a claim that found the record's fingerprint keyed
+// with a key the Guard does not list (ClaimUnreadable), and logs it.
+func (g *Guard) unreadableRecord(ctx context.Context, id string) error {
+	ids := g.fingerprintKeyIDs
+	g.log.ErrorContext(ctx, "idem: the record's fingerprint is keyed with a key this Guard does not list; the operation is refused and not run again",
+		"event", "fingerprint_key_unlisted", "id", id, "keys", listedKeys(ids))
+	return fmt.Errorf("%w: the record's fingerprint is keyed with a key this Guard does not list (this Guard's: %s)", ErrUnreadable, listedKeys(ids))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/wire"
 )
 
@@ -18,16 +19,18 @@ var (
 	ErrMismatch = errors.New("idem: key reused with a different request")
 
 	// ErrLeaseLost reports that the caller no longer owns the key: its lease
-	// expired and another attempt took the key over.
-	ErrLeaseLost = errors.New("idem: lease lost")
+	// expired and another attempt took the key over. It is
+	// idemstore.ErrLeaseLost, which stores return.
+	ErrLeaseLost = idemstore.ErrLeaseLost
 
 	// ErrInvalidKey reports a key (or Once id) that is empty, longer than 255
 	// bytes, or not printable ASCII.
 	ErrInvalidKey = wire.ErrInvalidKey
 
 	// ErrStoreUnavailable reports that the store could not be reached. Unless it
-	// is joined with ErrNotRecorded, the function was not run.
-	ErrStoreUnavailable = errors.New("idem: store unavailable")
+	// is joined with ErrNotRecorded, the function was not run. It is
+	// idemstore.ErrStoreUnavailable.
+	ErrStoreUnavailable = idemstore.ErrStoreUnavailable
 
 	// ErrNotRecorded reports that the function ran but its result could not be
 	// stored. It is joined with ErrLeaseLost or ErrStoreUnavailable, and the

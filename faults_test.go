@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -86,7 +87,7 @@ func fastFailOptions(o *redis.Options) *redis.Options {
 }
 
 // opID returns the id of the Do operation on key.
-func opID(key string) string { return op{ns: nsDo, key: key}.id() }
+func opID(key string) string { return op{kind: KindDo, key: key}.id() }
 
 // TestFaultChildProcess is the body of the child processes; run directly, it
 // skips.
@@ -295,7 +296,7 @@ func TestFaultCrashedHolder(t *testing.T) {
 
 	rec, err := store.Read(ctx, ready.ID)
 	require.NoError(t, err)
-	require.Equal(t, StateInProgress, rec.State)
+	require.Equal(t, idemstore.StateInProgress, rec.State)
 	require.Equal(t, []byte("ch_child"), rec.Checkpoints["charge_id"])
 
 	waitLeaseGone(t, store, ready.ID, 3*faultLease)
@@ -360,7 +361,7 @@ func TestFaultFrozenHolder(t *testing.T) {
 
 	rec, err := store.Read(ctx, ready.ID)
 	require.NoError(t, err)
-	require.Equal(t, StateCompleted, rec.State)
+	require.Equal(t, idemstore.StateCompleted, rec.State)
 	require.Equal(t, int64(2), rec.Fence)
 	v, err = Do(ctx, g, key, req, func(context.Context, *Attempt) (string, error) {
 		t.Error("a completed key ran again")
@@ -512,7 +513,7 @@ func TestFaultDroppedReply(t *testing.T) {
 			require.Equal(t, v, v2)
 			rec, err := store.Read(ctx, opID("k"))
 			require.NoError(t, err)
-			require.Equal(t, StateCompleted, rec.State)
+			require.Equal(t, idemstore.StateCompleted, rec.State)
 			require.Zero(t, rec.LeaseTTL, "completion drops the lease")
 		})
 	}
@@ -549,9 +550,9 @@ func TestFaultLeaseLost(t *testing.T) {
 				require.NoError(t, c.Del(ctx, leaseKey).Err())
 				rec, err := s.Read(ctx, id)
 				require.NoError(t, err)
-				res, err := s.Claim(ctx, id, ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
+				res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
 				require.NoError(t, err)
-				require.Equal(t, Claimed, res.Status)
+				require.Equal(t, idemstore.ClaimOK, res.Status)
 				require.Equal(t, int64(2), res.Fence)
 			},
 			takenOver: true,
@@ -587,13 +588,13 @@ func TestFaultLeaseLost(t *testing.T) {
 			if tt.takenOver {
 				require.ErrorIs(t, err, ErrNotRecorded)
 				require.ErrorIs(t, err, ErrLeaseLost)
-				require.Equal(t, StateInProgress, rec.State)
+				require.Equal(t, idemstore.StateInProgress, rec.State)
 				require.Equal(t, "intruder", rec.Owner)
 				require.Equal(t, int64(2), rec.Fence)
 			} else if err == nil {
 				// Nobody else claimed the record: the holder's result may
 				// still be stored; what matters is that it is consistent.
-				require.Equal(t, StateCompleted, rec.State)
+				require.Equal(t, idemstore.StateCompleted, rec.State)
 			} else {
 				require.ErrorIs(t, err, ErrNotRecorded)
 			}
@@ -667,9 +668,9 @@ func TestFaultCheckpointAfterLeaseLost(t *testing.T) {
 		require.NoError(t, c.Del(ctx, leaseKey(prefix, a.ID)).Err())
 		rec, err := store.Read(ctx, a.ID)
 		require.NoError(t, err)
-		res, err := store.Claim(ctx, a.ID, ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
+		res, err := store.Claim(ctx, a.ID, idemstore.ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, Claimed, res.Status)
+		require.Equal(t, idemstore.ClaimOK, res.Status)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -689,7 +690,7 @@ func TestFaultCheckpointAfterLeaseLost(t *testing.T) {
 // TestFaultLateResentClaim: the reply to a claim is lost and go-redis
 // re-sends it only after the lease has run out (a retry backoff longer than
 // the lease). The re-sent claim finds the record still naming its owner and
-// reports Claimed, although the lease key is gone, so that any other process
+// reports ClaimOK, although the lease key is gone, so that any other process
 // may claim the key at that moment. fn must never start without a live
 // lease: cancelling fn's context from the heartbeat goroutine is not enough,
 // as fn may already have begun its side effect. (Regression test: the
@@ -775,9 +776,9 @@ func TestFaultWaitersTakeOver(t *testing.T) {
 	fp, err := requestFingerprint(req)
 	require.NoError(t, err)
 	id := opID("k")
-	res, err := store.Claim(ctx, id, ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: time.Hour})
+	res, err := store.Claim(ctx, id, idemstore.ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, Claimed, res.Status)
+	require.Equal(t, idemstore.ClaimOK, res.Status)
 	require.NoError(t, store.Checkpoint(ctx, id, "dead", "charge_id", []byte("ch_dead")))
 
 	const n = 32

@@ -13,14 +13,6 @@ import (
 	"github.com/idemkit/idem/internal/wire"
 )
 
-// DefaultKeyHeader is the request header that carries the idempotency key,
-// as named by the IETF draft "The Idempotency-Key HTTP Header Field".
-const DefaultKeyHeader = wire.KeyHeader
-
-// ReplayedHeader is the response header, set to "true", that marks a replayed
-// response (the name Stripe's client libraries read).
-const ReplayedHeader = "Idempotent-Replayed"
-
 // Middleware returns HTTP middleware that runs each request carrying an
 // idempotency key at most once, across every replica sharing g's store, and
 // answers its repeats with the stored response. It follows the IETF draft
@@ -153,33 +145,29 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var c *call
-	out, err := m.g.exec(r.Context(), op{ns: nsHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob},
+	m.g.exec(r.Context(), op{kind: KindHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob},
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
 			c = m.newCall(ctx, a, w, r, body)
 			h.next.ServeHTTP(&c.rec, &c.req)
 			return m.record(&c.rec)
+		},
+		func(out outcome, err error) (error, bool) {
+			if c == nil || c.body.drained() {
+				putBody(bp, body)
+			}
+			switch {
+			case out.replayed:
+				return err, !m.replay(w, r, out.payload)
+			case out.ran:
+				// Committed, released (not stored), or not recorded: the
+				// engine logged the last; the client gets the handler's own
+				// response.
+				c.rec.send()
+			default:
+				m.refuse(w, r, err)
+			}
+			return err, false
 		})
-	if c == nil || c.body.drained() {
-		putBody(bp, body)
-	}
-	readable := true
-	switch {
-	case out.replayed:
-		readable = m.replay(w, r, out.payload)
-	case out.ran:
-		// Committed, released (not stored), or not recorded: the engine
-		// logged the last; the client gets the handler's own response.
-		c.rec.send()
-	default:
-		m.refuse(w, r, err)
-	}
-	if ob != nil {
-		outcome := outcomeOf(r.Context(), out, err)
-		if !readable {
-			outcome = OutcomeUnreadable
-		}
-		ob.end(outcome, err)
-	}
 }
 
 // protects reports whether requests with this method need a key. Methods

@@ -16,22 +16,23 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
 // cannedStore answers without I/O, to measure the middleware's own cost:
-// every Claim is Claimed, or Completed with the payload last completed when
+// every Claim is ClaimOK, or ClaimCompleted with the payload last completed when
 // replay is set.
 type cannedStore struct {
 	replay  bool
 	payload atomic.Pointer[[]byte]
 }
 
-func (s *cannedStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *cannedStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if p := s.payload.Load(); s.replay && p != nil {
-		return idem.ClaimResult{Status: idem.Completed, Payload: *p}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Payload: *p}, nil
 	}
-	return idem.ClaimResult{Status: idem.Claimed, Fence: 1}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: 1}, nil
 }
 func (s *cannedStore) Heartbeat(context.Context, string, string, time.Duration) error { return nil }
 func (s *cannedStore) Checkpoint(context.Context, string, string, string, []byte) error {
@@ -42,7 +43,7 @@ func (s *cannedStore) Complete(ctx context.Context, id, owner string, p []byte, 
 	return nil
 }
 func (s *cannedStore) Release(context.Context, string, string) error { return nil }
-func (s *cannedStore) Read(context.Context, string) (*idem.Record, error) {
+func (s *cannedStore) Read(context.Context, string) (*idemstore.Record, error) {
 	return nil, nil
 }
 
@@ -112,7 +113,7 @@ func constKey(string) func(int) string {
 // request, the store excluded (a canned store answers in memory), against
 // the bare handler. The redis-server variants include the real round trips.
 func BenchmarkMiddleware(b *testing.B) {
-	quietGuard := func(s idem.Store) *idem.Guard { return idem.New(s, quiet) }
+	quietGuard := func(s idemstore.Store) *idem.Guard { return idem.New(s, quiet) }
 	b.Run("bare-handler", func(b *testing.B) {
 		serveLoop(b, benchHandler, http.MethodPost, func(int) string { return "" }, 201)
 	})

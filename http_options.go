@@ -36,6 +36,14 @@ var forbiddenStoredHeaders = []string{
 // safeMethods never need a key; the middleware passes them through.
 var safeMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace}
 
+// DefaultKeyHeader is the request header that carries the idempotency key,
+// as named by the IETF draft "The Idempotency-Key HTTP Header Field".
+const DefaultKeyHeader = wire.KeyHeader
+
+// ReplayedHeader is the response header, set to "true", that marks a replayed
+// response (the name Stripe's client libraries read).
+const ReplayedHeader = "Idempotent-Replayed"
+
 // HTTPOption configures Guard.Middleware.
 type HTTPOption func(*httpConfig)
 

@@ -1,13 +1,9 @@
 package idem
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"hash"
 	"io"
 	"math"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -106,91 +102,3 @@ func (b *bodyReader) Close() error { return nil }
 
 // drained reports whether every byte of the body has been read.
 func (b *bodyReader) drained() bool { return int(b.i.Load()) >= len(b.b) }
-
-// Fingerprint modes: how the body entered the fingerprint.
-const (
-	modeBytes byte = 'b' // byte for byte
-	modeJSON  byte = 'j' // canonical JSON
-)
-
-// requestPrint fingerprints a request: method, escaped path, raw query and
-// body. A JSON body (by Content-Type) that parses is fingerprinted in
-// canonical form; any other body byte for byte.
-func requestPrint(r *http.Request, path string, body []byte) string {
-	size := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4 + len(body)
-	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
-		head := func(b []byte) []byte { return appendRequestHead(b, r, path, modeJSON) }
-		if fp, ok := canonicalPrint(body, size, head); ok {
-			return fp
-		}
-	}
-	p := printers.Get().(*printer)
-	p.h.Reset()
-	p.head = appendRequestHead(p.head[:0], r, path, modeBytes)
-	p.h.Write(p.head)
-	p.h.Write(body)
-	fp := base64.RawURLEncoding.EncodeToString(p.h.Sum(p.sum[:0])[:16])
-	if cap(p.head) <= maxPooledBuffer {
-		printers.Put(p)
-	}
-	return fp
-}
-
-// printer hashes a request's head and body without joining them: fingerprint
-// of their concatenation.
-type printer struct {
-	h    hash.Hash
-	head []byte
-	sum  [sha256.Size]byte
-}
-
-var printers = sync.Pool{New: func() any { return &printer{h: sha256.New()} }}
-
-// appendRequestHead appends the fingerprinted head of a request: method,
-// escaped path and raw query, each ended by a newline, and the body's mode.
-func appendRequestHead(b []byte, r *http.Request, path string, mode byte) []byte {
-	b = append(b, r.Method...)
-	b = append(b, '\n')
-	b = append(b, path...)
-	b = append(b, '\n')
-	b = append(b, r.URL.RawQuery...)
-	return append(b, '\n', mode)
-}
-
-// canonicalPrint fingerprints head followed by the canonical form of the
-// JSON document src, and reports false when src is not one it
-// canonicalises. head appends to its argument; size bounds the result.
-func canonicalPrint(src []byte, size int, head func([]byte) []byte) (string, bool) {
-	c := canonicalizers.Get().(*canonicalizer)
-	c.src = src
-	if cap(c.dst) < size {
-		c.dst = make([]byte, 0, size) // the canonical form is never longer
-	}
-	c.dst = head(c.dst[:0])
-	out, ok := c.run()
-	var fp string
-	if ok {
-		fp = fingerprint(out)
-	}
-	c.reset(out)
-	if c.small(maxPooledBuffer) {
-		canonicalizers.Put(c)
-	}
-	return fp, ok
-}
-
-// canonicalizers are reused, buffers and all, up to maxPooledBuffer.
-var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
-
-const maxPooledBuffer = 64 << 10
-
-// isJSON reports whether a Content-Type is JSON: application/json or a
-// +json suffix, with any parameters.
-func isJSON(ct string) bool {
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	ct = strings.TrimSpace(ct)
-	return strings.EqualFold(ct, "application/json") ||
-		(len(ct) > 5 && strings.EqualFold(ct[len(ct)-5:], "+json"))
-}

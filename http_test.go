@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -169,15 +170,15 @@ func storeKeys(t *testing.T, c *redis.Client, prefix string) int {
 
 // failingStore fails the chosen methods with a transport-like error.
 type failingStore struct {
-	idem.Store
+	idemstore.Store
 	claim, complete bool
 }
 
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
-func (s *failingStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *failingStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.claim {
-		return idem.ClaimResult{}, errDown
+		return idemstore.ClaimResult{}, errDown
 	}
 	return s.Store.Claim(ctx, id, c)
 }
@@ -215,7 +216,7 @@ func TestMiddlewareContract(t *testing.T) {
 	cases := []struct {
 		name  string
 		opts  []idem.HTTPOption
-		store func(idem.Store) idem.Store
+		store func(idemstore.Store) idemstore.Store
 		steps []step
 	}{
 		{name: "safe methods pass through, store untouched", steps: []step{
@@ -279,11 +280,11 @@ func TestMiddlewareContract(t *testing.T) {
 			{req: req{key: key, header: http.Header{"X-Tenant": {"b"}}}, status: 201, run: 2, fence: 1, runs: 2, keys: -1},
 			{req: req{key: key, header: http.Header{"X-Tenant": {"a"}}}, status: 201, replayed: true, run: 1, fence: 1, runs: 2, keys: -1},
 		}},
-		{name: "store unreachable: 503, handler not run", store: func(s idem.Store) idem.Store { return &failingStore{Store: s, claim: true} }, steps: []step{
+		{name: "store unreachable: 503, handler not run", store: func(s idemstore.Store) idemstore.Store { return &failingStore{Store: s, claim: true} }, steps: []step{
 			{req: req{key: key}, status: 503, problem: "store-unavailable", header: map[string]string{"Retry-After": "1"}, keys: 0},
 			{req: req{method: "GET"}, status: 201, run: 1, runs: 1, keys: 0},
 		}},
-		{name: "not recorded: the handler's own response, no replay header", store: func(s idem.Store) idem.Store { return &failingStore{Store: s, complete: true} }, steps: []step{
+		{name: "not recorded: the handler's own response, no replay header", store: func(s idemstore.Store) idemstore.Store { return &failingStore{Store: s, complete: true} }, steps: []step{
 			with(first, func(s *step) { s.header = map[string]string{"X-Run": "1", idem.ReplayedHeader: ""} }),
 		}},
 		{name: "5xx, 408, 409, 425, 429 are not stored: a retry runs again with Fence+1", steps: []step{
@@ -340,7 +341,7 @@ func TestMiddlewareContract(t *testing.T) {
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				prefix := fmt.Sprintf("%s-%d", b.prefix, i)
-				var store idem.Store = idem.NewRedisStore(b.client, idem.WithPrefix(prefix))
+				var store idemstore.Store = idem.NewRedisStore(b.client, idem.WithPrefix(prefix))
 				if tc.store != nil {
 					store = tc.store(store)
 				}
@@ -506,13 +507,13 @@ func TestMiddlewareInProgress(t *testing.T) {
 
 // busyStore reports every claim that found the key busy.
 type busyStore struct {
-	idem.Store
+	idemstore.Store
 	busy chan struct{}
 }
 
-func (s *busyStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *busyStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, id, c)
-	if res.Status == idem.Busy {
+	if res.Status == idemstore.ClaimBusy {
 		select {
 		case s.busy <- struct{}{}:
 		default:
@@ -743,7 +744,7 @@ func (s *spyWriter) Write(p []byte) (int, error) {
 }
 
 type completeHook struct {
-	idem.Store
+	idemstore.Store
 	hook func()
 }
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"reflect"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 const (
@@ -22,7 +24,7 @@ const (
 // A Guard is configured once by New; it holds no connections or goroutines
 // of its own.
 type Guard struct {
-	store     Store
+	store     idemstore.Store
 	lease     time.Duration
 	retention time.Duration
 	wait      time.Duration
@@ -34,7 +36,10 @@ type Guard struct {
 	observer     Observer
 	sealer       Sealer // WithSealer; New puts a sealedStore in front of store
 	sealerSet    bool   // WithSealer was given, perhaps a nil Sealer
-	unusable     string // why the Guard has no store to use: a nil Store or Sealer
+	// fingerprintKeyIDs are the ids of the Sealer's fingerprint keys, the
+	// current one first; none without a FingerprintKeyer.
+	fingerprintKeyIDs []string
+	unusable          string // why the Guard has no store to use: a nil Store or Sealer
 }
 
 // Option configures a Guard.
@@ -107,6 +112,48 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithObserver sets an Observer, told of every operation's start and end.
+// A nil Observer is ignored.
+func WithObserver(o Observer) Option {
+	return func(g *Guard) {
+		if o != nil {
+			g.observer = o
+		}
+	}
+}
+
+// WithSealer seals what the Guard stores with s (see Sealer; use
+// NewAESGCMSealer): Do and Once results, Permanent errors, HTTP responses and
+// checkpoint values. Each is bound to its operation's id and slot: a
+// result or response to id+"\x00result", a checkpoint to
+// id+"\x00cp\x00"+name. A value that does not open makes the operation fail
+// with ErrUnreadable (the middleware: 500), and its function is not run;
+// the Guard logs it at error level with the value's key id, never key
+// material. The default is no sealing. A nil Sealer (say, the result of a
+// NewAESGCMSealer whose error was ignored) makes every operation fail with
+// ErrStoreUnavailable: nothing is stored unsealed by mistake.
+//
+// With a Sealer that implements idemstore.FingerprintKeyer (NewAESGCMSealer's does),
+// the stored request fingerprint is keyed too: its secret is derived from
+// the current sealing key (HMAC-SHA-256(key, "idem fingerprint v1")), and a
+// record keyed with any other listed key is still recognised, so a retry
+// after a rotation replays and a changed request still gets ErrMismatch.
+// With any other Sealer the fingerprint stays the plain SHA-256 of the
+// request, which whoever reads the store can check a guessed request
+// against.
+//
+// What stays in the clear: the record's state, fence, owner token and
+// creation time, checkpoint names, key ids, TTLs, and the Redis key names
+// (which hold the operation's id, a hash of its scope and key).
+//
+// Turning sealing on, or off, on a store that holds records makes those
+// records unreadable to the Guards of the other kind until they expire: their
+// operations get ErrUnreadable. Switch when the store is empty (a new
+// prefix, WithPrefix) or accept that for one retention.
+func WithSealer(s Sealer) Option {
+	return func(g *Guard) { g.sealer, g.sealerSet = s, true }
+}
+
 // defaultWait returns the wait set by WithWait; a nil Guard has none.
 func (g *Guard) defaultWait() time.Duration {
 	if g == nil {
@@ -118,7 +165,7 @@ func (g *Guard) defaultWait() time.Duration {
 // New returns a Guard over store. It does no I/O. A nil store, or a nil
 // pointer of a Store type, makes every operation fail with
 // ErrStoreUnavailable.
-func New(store Store, opts ...Option) *Guard {
+func New(store idemstore.Store, opts ...Option) *Guard {
 	g := &Guard{
 		store:     store,
 		lease:     defaultLease,
@@ -142,27 +189,13 @@ func New(store Store, opts ...Option) *Guard {
 		g.store, g.unusable = nil, fmt.Sprintf("WithSealer got a nil Sealer (%T); nothing is stored unsealed", g.sealer)
 		g.log.Error("idem: "+g.unusable+"; every operation fails with ErrStoreUnavailable", "event", "sealer_missing")
 	case g.sealer != nil && g.store != nil:
-		g.store = newSealedStore(g.store, g.sealer, g.log)
+		ss := newSealedStore(g.store, g.sealer, g.log, defaultWriteTimeout)
+		g.store, g.fingerprintKeyIDs = ss, ss.keyIDs()
 	}
 	if d, ok := g.store.(deadlineStore); ok {
 		g.inlineWrites = d.honoursDeadlines()
 	}
 	return g
-}
-
-// deadlineStore is a Store that may know that its calls return by the
-// deadline of their context.
-type deadlineStore interface {
-	honoursDeadlines() bool
-}
-
-// retentionOf returns how long the records of o are kept: its own retention
-// (WithRouteRetention) or the Guard's.
-func (g *Guard) retentionOf(o op) time.Duration {
-	if o.retention > 0 {
-		return o.retention
-	}
-	return g.retention
 }
 
 // isNil reports whether v is a nil pointer, map, func, channel or slice in

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -328,7 +329,7 @@ func TestDoTakeoverAfterCrash(t *testing.T) {
 // crashingStore fails every call once crash is closed, like a store seen
 // from a process that died.
 type crashingStore struct {
-	idem.Store
+	idemstore.Store
 	crash chan struct{}
 }
 
@@ -579,11 +580,11 @@ func TestWaiterPollsGently(t *testing.T) {
 }
 
 type countingStore struct {
-	idem.Store
+	idemstore.Store
 	claims *atomic.Int32
 }
 
-func (s *countingStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *countingStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, id, c)
 }
@@ -608,13 +609,13 @@ func TestCompleteSurvivesCallerCancel(t *testing.T) {
 
 // faultyStore fails the methods named in fail.
 type faultyStore struct {
-	idem.Store
+	idemstore.Store
 	fail map[string]error
 }
 
-func (s *faultyStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *faultyStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if err := s.fail["Claim"]; err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	return s.Store.Claim(ctx, id, c)
 }
@@ -706,9 +707,9 @@ func TestLeaseLostCancelsFn(t *testing.T) {
 			// The lease vanishes (as if it expired) and another attempt takes over.
 			_, lease := b.store().Keys(a.ID)
 			require.NoError(t, b.client.Del(ctx, lease).Err())
-			res, err := b.store().Claim(ctx, a.ID, idem.ClaimRequest{Owner: "intruder", Fingerprint: fpOfNil(t, b, a.ID), Lease: time.Minute, TTL: time.Hour})
+			res, err := b.store().Claim(ctx, a.ID, idemstore.ClaimRequest{Owner: "intruder", Fingerprint: fpOfNil(t, b, a.ID), Lease: time.Minute, TTL: time.Hour})
 			require.NoError(t, err)
-			require.Equal(t, idem.Claimed, res.Status)
+			require.Equal(t, idemstore.ClaimOK, res.Status)
 			require.Equal(t, int64(2), res.Fence)
 			<-ctx.Done()
 			require.ErrorIs(t, context.Cause(ctx), idem.ErrLeaseLost)

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
 )
 
 // beatStore records when each renewal was sent.
 type beatStore struct {
-	Store
+	idemstore.Store
 	mu    sync.Mutex
 	beats []time.Time
 	first chan struct{} // closed at the first renewal

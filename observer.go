@@ -2,7 +2,7 @@ package idem
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"time"
 )
 
@@ -97,35 +97,27 @@ const (
 	OutcomeUnreadable Outcome = "unreadable"
 )
 
-// WithObserver sets an Observer, told of every operation's start and end.
-// A nil Observer is ignored.
-func WithObserver(o Observer) Option {
-	return func(g *Guard) {
-		if o != nil {
-			g.observer = o
-		}
-	}
-}
-
 // observation is one operation's report to the Guard's Observer; nil when
 // the Guard has none, and every method is then a no-op.
 type observation struct {
-	g     *Guard
-	ctx   context.Context
-	start time.Time
-	ev    Event
-	ended bool
+	observer Observer
+	log      *slog.Logger
+	ctx      context.Context
+	start    time.Time
+	ev       Event
+	ended    bool
 }
 
-// observe starts an operation of kind and returns its context: the one the
-// Observer's Start returned, or ctx when there is no Observer.
-func (g *Guard) observe(ctx context.Context, kind Kind) (context.Context, *observation) {
-	if g == nil || g.observer == nil {
+// startObservation starts an operation of kind for o and returns its
+// context: the one o's Start returned. A nil Observer observes nothing: it
+// returns ctx and a nil observation.
+func startObservation(ctx context.Context, o Observer, log *slog.Logger, kind Kind) (context.Context, *observation) {
+	if o == nil {
 		return ctx, nil
 	}
-	ob := &observation{g: g, ctx: ctx, start: time.Now(), ev: Event{Kind: kind}}
+	ob := &observation{observer: o, log: log, ctx: ctx, start: time.Now(), ev: Event{Kind: kind}}
 	ob.safely(func() {
-		if c := g.observer.Start(ctx, kind); c != nil {
+		if c := o.Start(ctx, kind); c != nil {
 			ob.ctx = c
 		}
 	})
@@ -133,13 +125,13 @@ func (g *Guard) observe(ctx context.Context, kind Kind) (context.Context, *obser
 }
 
 // end ends the operation, once.
-func (ob *observation) end(outcome Outcome, err error) {
+func (ob *observation) end(oc Outcome, err error) {
 	if ob == nil || ob.ended {
 		return
 	}
 	ob.ended = true
-	ob.ev.Outcome, ob.ev.Err, ob.ev.Duration = outcome, err, time.Since(ob.start)
-	ob.safely(func() { ob.g.observer.End(ob.ctx, ob.ev) })
+	ob.ev.Outcome, ob.ev.Err, ob.ev.Duration = oc, err, time.Since(ob.start)
+	ob.safely(func() { ob.observer.End(ob.ctx, ob.ev) })
 }
 
 // abort ends an operation that fn's panic (or runtime.Goexit) left: the
@@ -182,42 +174,8 @@ func (ob *observation) claimed(id string, fence int64) {
 func (ob *observation) safely(f func()) {
 	defer func() {
 		if p := recover(); p != nil {
-			ob.g.log.ErrorContext(ob.ctx, "idem: observer panicked", "event", "observer_panic", "panic", p)
+			ob.log.ErrorContext(ob.ctx, "idem: observer panicked", "event", "observer_panic", "panic", p)
 		}
 	}()
 	f()
-}
-
-// outcomeOf names how an operation ended, from what exec returned: out and
-// the engine's error err (not fn's own), in ctx, the caller's context.
-func outcomeOf(ctx context.Context, out outcome, err error) Outcome {
-	if out.replayed {
-		return OutcomeReplayed
-	}
-	if out.ran {
-		switch {
-		case out.lost || errors.Is(err, ErrLeaseLost):
-			return OutcomeLeaseLost
-		case err != nil:
-			return OutcomeNotRecorded
-		case out.stored:
-			return OutcomeExecuted
-		}
-		return OutcomeReleased
-	}
-	switch {
-	case errors.Is(err, ErrInProgress):
-		return OutcomeInProgress
-	case errors.Is(err, ErrMismatch):
-		return OutcomeMismatch
-	case errors.Is(err, ErrInvalidKey):
-		return OutcomeInvalidKey
-	case errors.Is(err, ErrUnreadable):
-		return OutcomeUnreadable
-	case errors.Is(err, ErrStoreUnavailable):
-		return OutcomeStoreUnavailable
-	case ctx.Err() != nil:
-		return OutcomeCanceled
-	}
-	return OutcomeStoreUnavailable
 }

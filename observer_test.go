@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -178,11 +179,11 @@ func TestObserverInProgressAndWait(t *testing.T) {
 
 // claimCounter signals every claim.
 type claimCounter struct {
-	idem.Store
+	idemstore.Store
 	claims chan struct{}
 }
 
-func (s *claimCounter) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *claimCounter) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	s.claims <- struct{}{}
 	return s.Store.Claim(ctx, id, c)
 }

@@ -31,13 +31,6 @@ type recorder struct {
 	snapArr   [8]headerValues
 }
 
-// headerValues is one entry of a header snapshot. Keeping the value slices is
-// enough: Set, Add and Del replace slices, they do not change them.
-type headerValues struct {
-	key    string
-	values []string
-}
-
 var errHijack = errors.New("idem: a connection cannot be hijacked under the idempotency middleware")
 
 // Header returns the header map of the underlying writer, so that headers set
@@ -67,15 +60,6 @@ func (rec *recorder) WriteHeader(code int) {
 
 // get returns the snapshot's values of key.
 func (rec *recorder) get(key string) []string { return lookup(rec.snap, key) }
-
-func lookup(snap []headerValues, key string) []string {
-	for _, kv := range snap {
-		if kv.key == key {
-			return kv.values
-		}
-	}
-	return nil
-}
 
 // Write holds p, implying status 200 on the first call.
 func (rec *recorder) Write(p []byte) (int, error) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,62 +22,6 @@ var (
 	forgetScript = newScript(forgetLua)
 )
 
-// Kind is the kind of an operation: what ran it. Each kind has a key space of
-// its own, so equal keys of two kinds never meet.
-type Kind int
-
-// Kinds of operations.
-const (
-	KindDo   Kind = iota + 1 // a key passed to Do
-	KindOnce                 // a message id passed to Guard.Once
-	KindHTTP                 // an idempotency key under Guard.Middleware
-)
-
-// String returns the kind's name: "do", "once" or "http".
-func (k Kind) String() string {
-	switch k {
-	case KindDo:
-		return "do"
-	case KindOnce:
-		return "once"
-	case KindHTTP:
-		return "http"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
-
-// namespace returns the kind's namespace byte in operation ids, 0 for an
-// unknown kind.
-func (k Kind) namespace() byte {
-	switch k {
-	case KindDo:
-		return nsDo
-	case KindOnce:
-		return nsOnce
-	case KindHTTP:
-		return nsHTTP
-	}
-	return 0
-}
-
-// OperationID returns the id of an operation (its Attempt.ID) from what its
-// caller knows: the kind, the scope and the key. The id names the
-// operation's Redis keys (RedisStore.Keys) and is what Inspect and Forget
-// take. It returns "" for an unknown kind.
-//
-// Do and Once have no scope: pass "". For KindHTTP, scope is what the
-// WithScope function returned for the request ("" without WithScope), and
-// key is the Idempotency-Key as the middleware reads it: a quoted value
-// (RFC 8941) without its quotes and escapes, so that "abc" and abc name one
-// operation.
-func OperationID(kind Kind, scope, key string) string {
-	ns := kind.namespace()
-	if ns == 0 {
-		return ""
-	}
-	return op{ns: ns, scope: scope, key: key}.id()
-}
-
 // Inspection is what Inspect finds of one operation.
 type Inspection struct {
 	ID        string // the operation's id
@@ -85,7 +30,7 @@ type Inspection struct {
 
 	// Record is the stored record, or nil when there is none: the key was
 	// never used, its record expired, or it was forgotten.
-	Record *Record
+	Record *idemstore.Record
 	// LeaseHolder is the owner token held by the lease key, "" when no lease
 	// is live. While an attempt runs it equals Record.Owner.
 	LeaseHolder string
@@ -158,10 +103,19 @@ func (s *RedisStore) Inspect(ctx context.Context, id string) (*Inspection, error
 	if in.LeaseHolder != "" {
 		in.Record.LeaseTTL = max(lttl.Val(), 0)
 	}
-	if in.Record.State == StateCompleted {
+	if in.Record.State == idemstore.StateCompleted {
 		in.Result = describePayload(in.Record.Payload)
 	}
 	return in, nil
+}
+
+// Read implements idemstore.Reader: Inspect's record, nil when there is none.
+func (s *RedisStore) Read(ctx context.Context, id string) (*idemstore.Record, error) {
+	in, err := s.Inspect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return in.Record, nil
 }
 
 // describePayload tells what a completed record's payload holds: a response

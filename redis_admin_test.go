@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -127,7 +128,7 @@ func TestInspect(t *testing.T) {
 		r := in.Record
 		require.True(t, in.Held())
 		require.Equal(t, r.Owner, in.LeaseHolder)
-		require.Equal(t, idem.StateInProgress, r.State)
+		require.Equal(t, idemstore.StateInProgress, r.State)
 		require.Equal(t, int64(1), r.Fence)
 		require.Equal(t, map[string][]byte{"charge_id": []byte("ch_1")}, r.Checkpoints)
 		require.WithinRange(t, r.Created, before, time.Now())
@@ -141,7 +142,7 @@ func TestInspect(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, in.Held())
 		require.Empty(t, in.LeaseHolder)
-		require.Equal(t, idem.StateInProgress, in.Record.State)
+		require.Equal(t, idemstore.StateInProgress, in.Record.State)
 		require.Zero(t, in.Record.LeaseTTL)
 
 		// Completed, by the next attempt.
@@ -151,7 +152,7 @@ func TestInspect(t *testing.T) {
 		require.NoError(t, err)
 		in, err = s.Inspect(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, idem.StateCompleted, in.Record.State)
+		require.Equal(t, idemstore.StateCompleted, in.Record.State)
 		require.Equal(t, int64(2), in.Record.Fence)
 		require.Equal(t, r.Created, in.Record.Created, "the creation time of the first claim")
 		require.Equal(t, &idem.StoredResult{Type: "json", Size: len(`{"fence":2}`)}, in.Result)
@@ -387,6 +388,6 @@ func TestInspectBoundsDecompression(t *testing.T) {
 	require.NoError(t, c.Set(ctx, rec, "1C|1|o|fp|0|z"+bomb.String(), time.Hour).Err())
 	_, err := s.Inspect(ctx, id)
 	require.ErrorContains(t, err, "bad compressed payload")
-	res, err := s.Claim(ctx, id, idem.ClaimRequest{Owner: "o2", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour})
+	res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "o2", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour})
 	require.ErrorContains(t, err, "bad compressed payload", "a replay of it is refused too: %+v", res)
 }

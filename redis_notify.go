@@ -7,22 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
 )
 
-// Watcher is implemented by stores that can tell a waiting duplicate when an
-// operation is completed or released, so that it need not poll. The engine
-// uses it when present; a store without it is polled.
-type Watcher interface {
-	// Watch starts watching the operation id. The returned channel
-	// receives a value when the operation is completed or released after
-	// Watch returned (a notification may be lost: the caller still checks
-	// now and then). stop ends the watch and must be called. An error means
-	// the store cannot watch now; the caller polls instead.
-	Watch(ctx context.Context, id string) (notify <-chan struct{}, stop func(), err error)
-}
-
-var _ Watcher = (*RedisStore)(nil)
+var _ idemstore.Watcher = (*RedisStore)(nil)
 
 // notifyChannel is the sharded Pub/Sub channel complete.lua and release.lua
 // publish an operation's id on. It shares the record's hash tag, so on Redis
@@ -32,7 +21,7 @@ func (s *RedisStore) notifyChannel(id string) string { return s.keys(id)[0] + ":
 // subscribeTimeout bounds the wait for Redis to confirm a subscription.
 const subscribeTimeout = time.Second
 
-// Watch implements Watcher with sharded Pub/Sub (SSUBSCRIBE, Redis 7.0):
+// Watch implements idemstore.Watcher with sharded Pub/Sub (SSUBSCRIBE, Redis 7.0):
 // waiters share one subscriber connection per Redis node, opened by the
 // first waiter and closed by the last. It returns once Redis confirmed the
 // subscription. On a server without sharded Pub/Sub it returns an error and

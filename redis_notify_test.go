@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -135,9 +136,9 @@ func TestForgetNotifiesWaiters(t *testing.T) {
 	s := NewRedisStore(srv.Client(t), WithPrefix(redistest.Prefix(t)))
 	ctx := context.Background()
 	id := OperationID(KindDo, "", "forgotten")
-	res, err := s.Claim(ctx, id, ClaimRequest{Owner: "o1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+	res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "o1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, ClaimOK, res.Status)
+	require.Equal(t, idemstore.ClaimOK, res.Status)
 	notify, stop, err := s.Watch(ctx, id)
 	require.NoError(t, err)
 	defer stop()

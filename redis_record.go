@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"bytes"
 	"compress/flate"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The record of an operation is one Redis string, in format 1:
@@ -71,13 +72,13 @@ func splitRecord(v string) (recordFields, error) {
 }
 
 // decodeRecord parses a stored record.
-func decodeRecord(v string) (*Record, error) {
+func decodeRecord(v string) (*idemstore.Record, error) {
 	bad := func(why string) error { return fmt.Errorf("idem: unreadable record: %s", why) }
 	f, err := splitRecord(v)
 	if err != nil {
 		return nil, err
 	}
-	r := &Record{Owner: f.owner, Fingerprint: f.fp}
+	r := &idemstore.Record{Owner: f.owner, Fingerprint: f.fp}
 	if r.Fence, err = strconv.ParseInt(f.fence, 10, 64); err != nil || r.Fence < 1 {
 		return nil, bad("fence " + strconv.Quote(f.fence))
 	}
@@ -88,12 +89,12 @@ func decodeRecord(v string) (*Record, error) {
 	r.Created = time.Unix(created, 0)
 	switch f.state {
 	case "P":
-		r.State = StateInProgress
+		r.State = idemstore.StateInProgress
 		if r.Checkpoints, err = decodeCheckpoints(f.body); err != nil {
 			return nil, err
 		}
 	case "C":
-		r.State = StateCompleted
+		r.State = idemstore.StateCompleted
 		if r.Payload, err = decodePayload(f.body); err != nil {
 			return nil, err
 		}
@@ -105,42 +106,42 @@ func decodeRecord(v string) (*Record, error) {
 
 // parseClaim parses the reply of lua/claim.lua: a completed record as a
 // bare string (the replay path, kept to one reply value), else an array.
-func parseClaim(reply any) (ClaimResult, error) {
+func parseClaim(reply any) (idemstore.ClaimResult, error) {
 	if rec, ok := reply.(string); ok {
 		f, err := splitRecord(rec)
 		if err != nil {
-			return ClaimResult{}, err
+			return idemstore.ClaimResult{}, err
 		}
 		if f.state != "C" {
-			return ClaimResult{}, errors.New("idem: unexpected claim reply: a record not completed")
+			return idemstore.ClaimResult{}, errors.New("idem: unexpected claim reply: a record not completed")
 		}
 		p, err := decodePayload(f.body)
 		fence, _ := strconv.ParseInt(f.fence, 10, 64)
-		return ClaimResult{Status: ClaimCompleted, Fence: fence, Payload: p}, err
+		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Fence: fence, Payload: p}, err
 	}
 	v, _ := reply.([]any)
 	if len(v) == 0 {
-		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", reply)
+		return idemstore.ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", reply)
 	}
 	status, _ := v[0].(int64)
-	res := ClaimResult{Status: ClaimStatus(status)}
+	res := idemstore.ClaimResult{Status: idemstore.ClaimStatus(status)}
 	switch {
-	case res.Status == ClaimOK && len(v) == 3:
+	case res.Status == idemstore.ClaimOK && len(v) == 3:
 		res.Fence, _ = v[1].(int64)
 		cps, _ := v[2].(string)
 		var err error
 		if res.Checkpoints, err = decodeCheckpoints(cps); err != nil {
-			return ClaimResult{}, err
+			return idemstore.ClaimResult{}, err
 		}
-	case res.Status == ClaimBusy && len(v) == 2:
+	case res.Status == idemstore.ClaimBusy && len(v) == 2:
 		ttl, _ := v[1].(int64)
 		res.RetryAfter = time.Duration(max(ttl, 0)) * time.Millisecond
-	case res.Status == ClaimMismatch, res.Status == ClaimUnreadable:
+	case res.Status == idemstore.ClaimMismatch, res.Status == idemstore.ClaimUnreadable:
 		if len(v) == 2 {
 			res.Fence, _ = v[1].(int64)
 		}
 	default:
-		return ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
+		return idemstore.ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
 	}
 	return res, nil
 }
@@ -185,25 +186,6 @@ var deflaters = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(nil, flate.BestSpeed)
 	return w
 }}
-
-// encodePayload returns the payload to store and its format: deflated when
-// it is at least s.compressAbove bytes and deflating makes it smaller. A
-// payload that looks random (sealed values, compressed media) is stored as
-// is without trying.
-func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
-	if s.compressAbove <= 0 || len(p) < s.compressAbove || looksRandom(p) {
-		return formatRaw, p
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(p) / 2)
-	w := deflaters.Get().(*flate.Writer)
-	defer deflaters.Put(w)
-	w.Reset(&buf)
-	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
-		return formatRaw, p
-	}
-	return formatDeflate, buf.Bytes()
-}
 
 // looksRandom reports whether the first 256 bytes of p take more distinct
 // values than text ever does: 256 random bytes take about 162 of the 256

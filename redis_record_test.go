@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -30,10 +31,10 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if r.State != StateInProgress && r.State != StateCompleted {
+		if r.State != idemstore.StateInProgress && r.State != idemstore.StateCompleted {
 			t.Fatalf("decoded state %v", r.State)
 		}
-		if r.State == StateInProgress {
+		if r.State == idemstore.StateInProgress {
 			enc := encodeCheckpoints(r.Checkpoints)
 			back, err := decodeCheckpoints(enc)
 			if err != nil || len(back) != len(r.Checkpoints) {
@@ -64,9 +65,9 @@ func TestScriptsAgreeOnLayout(t *testing.T) {
 			rec, lease := s.Keys("id1")
 			raw := func() string { return b.c.Get(ctx, rec).Val() }
 			before := time.Now().Unix()
-			res, err := s.Claim(ctx, "id1", ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			res, err := s.Claim(ctx, "id1", idemstore.ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 			require.NoError(t, err)
-			require.Equal(t, ClaimOK, res.Status)
+			require.Equal(t, idemstore.ClaimOK, res.Status)
 			f, err := splitRecord(raw())
 			require.NoError(t, err)
 			created, err := strconv.ParseInt(f.created, 10, 64)
@@ -81,7 +82,7 @@ func TestScriptsAgreeOnLayout(t *testing.T) {
 			require.Equal(t, "1P|1|own1|fp|"+f.created+"|6:charge4:ch|1", raw(), "release keeps the record")
 			require.Zero(t, b.c.Exists(ctx, lease).Val())
 
-			res, err = s.Claim(ctx, "id1", ClaimRequest{Owner: "own2", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			res, err = s.Claim(ctx, "id1", idemstore.ClaimRequest{Owner: "own2", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Equal(t, int64(2), res.Fence)
 			require.Equal(t, "1P|2|own2|fp|"+f.created+"|6:charge4:ch|1", raw(), "a takeover keeps the creation time and checkpoints")
@@ -90,16 +91,16 @@ func TestScriptsAgreeOnLayout(t *testing.T) {
 			require.Equal(t, "1C|2|own2|fp|"+f.created+"|=result", raw())
 			r, err := s.Read(ctx, "id1")
 			require.NoError(t, err)
-			require.Equal(t, StateCompleted, r.State)
+			require.Equal(t, idemstore.StateCompleted, r.State)
 			require.Equal(t, created, r.Created.Unix())
 
-			res, err = s.Claim(ctx, "id1", ClaimRequest{Owner: "own3", Fingerprint: "other", Lease: time.Minute, TTL: time.Hour})
+			res, err = s.Claim(ctx, "id1", idemstore.ClaimRequest{Owner: "own3", Fingerprint: "other", Lease: time.Minute, TTL: time.Hour})
 			require.NoError(t, err)
-			require.Equal(t, ClaimMismatch, res.Status, "the script decides the fingerprint of a completed record too")
+			require.Equal(t, idemstore.ClaimMismatch, res.Status, "the script decides the fingerprint of a completed record too")
 
 			// A record of an unknown format is refused by every script.
 			require.NoError(t, b.c.Set(ctx, rec, "2P|1|own2|fp|1|", time.Hour).Err())
-			_, err = s.Claim(ctx, "id1", ClaimRequest{Owner: "own3", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+			_, err = s.Claim(ctx, "id1", idemstore.ClaimRequest{Owner: "own3", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 			require.ErrorContains(t, err, "unknown format")
 			require.ErrorContains(t, s.Checkpoint(ctx, "id1", "own2", "n", nil), "unknown format")
 			require.ErrorContains(t, s.Complete(ctx, "id1", "own2", nil, time.Hour), "unknown format")
@@ -154,7 +155,7 @@ func TestClaimScriptPaths(t *testing.T) {
 		ctx := context.Background()
 		s := NewRedisStore(b.c, WithPrefix(b.prefix), WithCompression(0))
 		rec, lease := s.Keys("paths")
-		claim := func(c ClaimRequest) ClaimResult {
+		claim := func(c idemstore.ClaimRequest) idemstore.ClaimResult {
 			t.Helper()
 			c.Lease, c.TTL = time.Minute, time.Hour
 			res, err := s.Claim(ctx, "paths", c)
@@ -165,8 +166,8 @@ func TestClaimScriptPaths(t *testing.T) {
 		// A lease without its record (evicted, or deleted by hand): its
 		// holder may still run, and no record is written.
 		require.NoError(t, b.c.Set(ctx, lease, "holder", time.Minute).Err())
-		res := claim(ClaimRequest{Owner: "own1", Fingerprint: "fp"})
-		require.Equal(t, ClaimBusy, res.Status)
+		res := claim(idemstore.ClaimRequest{Owner: "own1", Fingerprint: "fp"})
+		require.Equal(t, idemstore.ClaimBusy, res.Status)
 		require.Positive(t, res.RetryAfter)
 		require.Zero(t, b.c.Exists(ctx, rec).Val())
 		require.NoError(t, b.c.Del(ctx, lease).Err())
@@ -174,23 +175,23 @@ func TestClaimScriptPaths(t *testing.T) {
 		// A completed record: the same request replays, another one is a
 		// mismatch that reports the record's fence.
 		require.NoError(t, b.c.Set(ctx, rec, "1C|7|own1|k1.MAC1|1700000000|=done", time.Hour).Err())
-		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC1"})
-		require.Equal(t, ClaimCompleted, res.Status)
+		res = claim(idemstore.ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC1"})
+		require.Equal(t, idemstore.ClaimCompleted, res.Status)
 		require.Equal(t, int64(7), res.Fence)
 		require.Equal(t, []byte("done"), res.Payload)
-		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC2"})
-		require.Equal(t, ClaimResult{Status: ClaimMismatch, Fence: 7}, res)
+		res = claim(idemstore.ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC2"})
+		require.Equal(t, idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Fence: 7}, res)
 		// Keyed with a key the caller lists besides its current one.
-		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9", OtherFingerprints: []string{"k1.MAC1"}})
-		require.Equal(t, ClaimCompleted, res.Status)
-		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9", OtherFingerprints: []string{"k1.MAC2"}})
-		require.Equal(t, ClaimResult{Status: ClaimMismatch, Fence: 7}, res)
-		res = claim(ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9"})
-		require.Equal(t, ClaimUnreadable, res.Status)
+		res = claim(idemstore.ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9", OtherFingerprints: []string{"k1.MAC1"}})
+		require.Equal(t, idemstore.ClaimCompleted, res.Status)
+		res = claim(idemstore.ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9", OtherFingerprints: []string{"k1.MAC2"}})
+		require.Equal(t, idemstore.ClaimResult{Status: idemstore.ClaimMismatch, Fence: 7}, res)
+		res = claim(idemstore.ClaimRequest{Owner: "own2", Fingerprint: "k2.MAC9"})
+		require.Equal(t, idemstore.ClaimUnreadable, res.Status)
 
 		// A completed record whose header does not parse is refused.
 		require.NoError(t, b.c.Set(ctx, rec, "1C|x|own1|k1.MAC1|1700000000|=done", time.Hour).Err())
-		_, err := s.Claim(ctx, "paths", ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC1", Lease: time.Minute, TTL: time.Hour})
+		_, err := s.Claim(ctx, "paths", idemstore.ClaimRequest{Owner: "own2", Fingerprint: "k1.MAC1", Lease: time.Minute, TTL: time.Hour})
 		require.ErrorContains(t, err, "unreadable record")
 	})
 }

@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	_ "embed"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,8 +62,8 @@ type RedisStore struct {
 }
 
 var (
-	_ Store       = (*RedisStore)(nil)
-	_ StoreReader = (*RedisStore)(nil)
+	_ idemstore.Store  = (*RedisStore)(nil)
+	_ idemstore.Reader = (*RedisStore)(nil)
 )
 
 // RedisOption configures a RedisStore.
@@ -185,9 +188,9 @@ func (s *RedisStore) keys(id string) []string {
 var argAck, argNoAck any = "1", "0"
 
 // Claim implements Store.
-func (s *RedisStore) Claim(ctx context.Context, id string, r ClaimRequest) (ClaimResult, error) {
+func (s *RedisStore) Claim(ctx context.Context, id string, r idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if err := s.usable(); err != nil {
-		return ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	c := s.call(claimScript, id, true, true)
 	c.text(r.Owner)
@@ -206,23 +209,23 @@ func (s *RedisStore) Claim(ctx context.Context, id string, r ClaimRequest) (Clai
 	cmd, ackErr := s.eval(ctx, c)
 	v, err := cmd.Result()
 	if err != nil {
-		return ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	res, err := parseClaim(v)
 	if err != nil || ackErr == nil {
 		return res, err
 	}
 	switch res.Status {
-	case ClaimOK:
+	case idemstore.ClaimOK:
 		// Too few replicas hold the claim: a failover could forget it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
 		defer cancel()
 		_ = s.Release(rctx, id, r.Owner)
-		return ClaimResult{}, ackErr
-	case ClaimCompleted:
+		return idemstore.ClaimResult{}, ackErr
+	case idemstore.ClaimCompleted:
 		// Too few replicas hold the result: a failover could forget it,
 		// so it must not be handed out yet.
-		return ClaimResult{}, ackErr
+		return idemstore.ClaimResult{}, ackErr
 	}
 	return res, nil
 }
@@ -284,15 +287,6 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	return s.published(ctx, n, err)
 }
 
-// Read implements StoreReader: Inspect's record, nil when there is none.
-func (s *RedisStore) Read(ctx context.Context, id string) (*Record, error) {
-	in, err := s.Inspect(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return in.Record, nil
-}
-
 // owned maps a script's 1/0 reply to nil/ErrLeaseLost.
 func owned(n int64, err error) error {
 	switch {
@@ -315,3 +309,22 @@ func ms(d time.Duration) any {
 }
 
 var boxedMs sync.Map // time.Duration → any(int64)
+
+// encodePayload returns the payload to store and its format: deflated when
+// it is at least s.compressAbove bytes and deflating makes it smaller. A
+// payload that looks random (sealed values, compressed media) is stored as
+// is without trying.
+func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
+	if s.compressAbove <= 0 || len(p) < s.compressAbove || looksRandom(p) {
+		return formatRaw, p
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(p) / 2)
+	w := deflaters.Get().(*flate.Writer)
+	defer deflaters.Put(w)
+	w.Reset(&buf)
+	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
+		return formatRaw, p
+	}
+	return formatDeflate, buf.Bytes()
+}

@@ -14,13 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
 func TestRedisStoreContractMiniredis(t *testing.T) {
 	idemtest.Run(t, idemtest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 			m := miniredis.RunT(t)
 			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { c.Close() })
@@ -33,7 +34,7 @@ func TestRedisStoreContractRedisServer(t *testing.T) {
 	srv := redistest.Shared(t)
 	c := srv.Client(t)
 	idemtest.Run(t, idemtest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 			return idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t))), time.Sleep
 		},
 		Lease: 400 * time.Millisecond, // room for a loaded machine between heartbeats
@@ -43,7 +44,7 @@ func TestRedisStoreContractRedisServer(t *testing.T) {
 func TestRedisStoreContractCluster(t *testing.T) {
 	c := redistest.SharedCluster(t).Client(t)
 	idemtest.Run(t, idemtest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 			return idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t))), time.Sleep
 		},
 		Lease: 400 * time.Millisecond, // room for a loaded machine between heartbeats

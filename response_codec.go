@@ -6,6 +6,23 @@ import (
 	"slices"
 )
 
+// headerValues is one entry of a header snapshot. Keeping the value slices is
+// enough: Set, Add and Del replace slices, they do not change them.
+type headerValues struct {
+	key    string
+	values []string
+}
+
+// lookup returns the values of key in snap.
+func lookup(snap []headerValues, key string) []string {
+	for _, kv := range snap {
+		if kv.key == key {
+			return kv.values
+		}
+	}
+	return nil
+}
+
 // A stored response is a compact binary payload:
 //
 //	tag     1 byte: payloadResponse, or payloadTooLarge (no body stored)

@@ -11,6 +11,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // A Sealer protects what a Guard stores: Do and Once results (a Permanent
@@ -24,7 +26,7 @@ import (
 // NewAESGCMSealer returns the Sealer to use. Its methods must be safe for
 // concurrent use, must not keep plaintext, sealed or binding after they
 // return, and must not panic on any input. A Sealer that also implements
-// FingerprintKeyer keys the request fingerprints a Guard stores.
+// idemstore.FingerprintKeyer keys the request fingerprints a Guard stores.
 type Sealer interface {
 	// Seal returns plaintext sealed (encrypted and authenticated) for
 	// binding.
@@ -33,25 +35,6 @@ type Sealer interface {
 	// error when it does not open: sealed with a key it does not hold,
 	// altered, or sealed for another binding.
 	Open(sealed, binding []byte) ([]byte, error)
-}
-
-// FingerprintKeyer is implemented by a Sealer that also keys the request
-// fingerprints a Guard stores, so that reading the store does not confirm a
-// guessed request. A Guard with such a Sealer stores KEYID.MAC, the
-// HMAC-SHA-256 of the plain fingerprint under the current key's secret
-// (first 128 bits, base64url), and recognises a record keyed with any
-// listed key: a retry after a key rotation still replays, and a changed
-// request still gets ErrMismatch.
-//
-// A Sealer without it leaves fingerprints as they are without one: the
-// SHA-256 of the request. NewAESGCMSealer's Sealer implements it.
-type FingerprintKeyer interface {
-	// FingerprintKeys returns the id of the current key and the fingerprint
-	// secret of every listed key, by id, the current one among them. Ids
-	// follow NewAESGCMSealer's rules; a secret must be at least 16 bytes
-	// and stay the same for as long as its id is listed. Every Guard
-	// sharing a store must get the same secret for an id.
-	FingerprintKeys() (current string, secrets map[string][]byte)
 }
 
 // Sealed value format of NewAESGCMSealer:
@@ -86,8 +69,8 @@ type aesgcmSealer struct {
 }
 
 var (
-	_ Sealer           = (*aesgcmSealer)(nil)
-	_ FingerprintKeyer = (*aesgcmSealer)(nil)
+	_ Sealer                     = (*aesgcmSealer)(nil)
+	_ idemstore.FingerprintKeyer = (*aesgcmSealer)(nil)
 )
 
 // NewAESGCMSealer returns a Sealer that seals with AES-256-GCM under
@@ -119,7 +102,7 @@ var (
 // opened or verified: its operation gets ErrUnreadable, and its function is
 // not run again.
 //
-// The Sealer also implements FingerprintKeyer: the fingerprint secret of each
+// The Sealer also implements idemstore.FingerprintKeyer: the fingerprint secret of each
 // key is HMAC-SHA-256(key, "idem fingerprint v1").
 func NewAESGCMSealer(current string, keys map[string][]byte) (Sealer, error) {
 	if len(keys) == 0 {
@@ -200,7 +183,7 @@ func (s *aesgcmSealer) Open(sealed, binding []byte) ([]byte, error) {
 	return p, nil
 }
 
-// FingerprintKeys implements FingerprintKeyer.
+// FingerprintKeys implements idemstore.FingerprintKeyer.
 func (s *aesgcmSealer) FingerprintKeys() (string, map[string][]byte) {
 	out := make(map[string][]byte, len(s.fps))
 	for id, k := range s.fps {
@@ -231,38 +214,6 @@ func splitSealed(b []byte) (head []byte, id string, ok bool) {
 func additionalData(head, binding []byte) []byte {
 	ad := make([]byte, 0, len(head)+len(binding))
 	return append(append(ad, head...), binding...)
-}
-
-// WithSealer seals what the Guard stores with s (see Sealer; use
-// NewAESGCMSealer): Do and Once results, Permanent errors, HTTP responses and
-// checkpoint values. Each is bound to its operation's id and slot: a
-// result or response to id+"\x00result", a checkpoint to
-// id+"\x00cp\x00"+name. A value that does not open makes the operation fail
-// with ErrUnreadable (the middleware: 500), and its function is not run;
-// the Guard logs it at error level with the value's key id, never key
-// material. The default is no sealing. A nil Sealer (say, the result of a
-// NewAESGCMSealer whose error was ignored) makes every operation fail with
-// ErrStoreUnavailable: nothing is stored unsealed by mistake.
-//
-// With a Sealer that implements FingerprintKeyer (NewAESGCMSealer's does),
-// the stored request fingerprint is keyed too: its secret is derived from
-// the current sealing key (HMAC-SHA-256(key, "idem fingerprint v1")), and a
-// record keyed with any other listed key is still recognised, so a retry
-// after a rotation replays and a changed request still gets ErrMismatch.
-// With any other Sealer the fingerprint stays the plain SHA-256 of the
-// request, which whoever reads the store can check a guessed request
-// against.
-//
-// What stays in the clear: the record's state, fence, owner token and
-// creation time, checkpoint names, key ids, TTLs, and the Redis key names
-// (which hold the operation's id, a hash of its scope and key).
-//
-// Turning sealing on, or off, on a store that holds records makes those
-// records unreadable to the Guards of the other kind until they expire: their
-// operations get ErrUnreadable. Switch when the store is empty (a new
-// prefix, WithPrefix) or accept that for one retention.
-func WithSealer(s Sealer) Option {
-	return func(g *Guard) { g.sealer, g.sealerSet = s, true }
 }
 
 // listedKeys renders the key ids of a Guard's fingerprint keys for a log.

@@ -13,17 +13,22 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/idemstore"
 )
 
 // sealedStore is the store of a Guard with a Sealer: it seals what goes to
 // the store, opens what comes back, and keys the fingerprints of claims. The
 // engine sees plaintext only. New puts it in front of the Guard's store.
 type sealedStore struct {
-	Store  // Heartbeat and Release pass through
-	sealer Sealer
-	log    *slog.Logger
-	fkeys  []*fingerprintKey // the current key first; none: plain fingerprints
-	bad    error             // a FingerprintKeyer that gave unusable keys
+	idemstore.Store // Heartbeat and Release pass through
+	sealer          Sealer
+	log             *slog.Logger
+	fkeys           []*fingerprintKey // the current key first; none: plain fingerprints
+	bad             error             // a FingerprintKeyer that gave unusable keys
+	// releaseTimeout bounds the release of a claim whose checkpoints do
+	// not open.
+	releaseTimeout time.Duration
 }
 
 // honoursDeadlines reports what the wrapped store does.
@@ -38,10 +43,11 @@ type fingerprintKey struct {
 	macs sync.Pool // of hash.Hash: HMAC-SHA-256 under the key's secret
 }
 
-// newSealedStore returns st sealed by s, logging to log.
-func newSealedStore(st Store, s Sealer, log *slog.Logger) *sealedStore {
-	ss := &sealedStore{Store: st, sealer: s, log: log}
-	fk, ok := s.(FingerprintKeyer)
+// newSealedStore returns st sealed by s, logging to log; a release it makes
+// itself waits at most releaseTimeout.
+func newSealedStore(st idemstore.Store, s Sealer, log *slog.Logger, releaseTimeout time.Duration) *sealedStore {
+	ss := &sealedStore{Store: st, sealer: s, log: log, releaseTimeout: releaseTimeout}
+	fk, ok := s.(idemstore.FingerprintKeyer)
 	if !ok {
 		return ss
 	}
@@ -103,9 +109,9 @@ func (s *sealedStore) keyIDs() []string {
 // Claim implements Store: it keys the fingerprint under every listed key,
 // and opens a completed record's payload or the checkpoints it returns.
 // Checkpoints that do not open release the claim again.
-func (s *sealedStore) Claim(ctx context.Context, id string, c ClaimRequest) (ClaimResult, error) {
+func (s *sealedStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.bad != nil {
-		return ClaimResult{}, s.bad
+		return idemstore.ClaimResult{}, s.bad
 	}
 	if len(s.fkeys) > 0 {
 		plain := c.Fingerprint
@@ -122,16 +128,16 @@ func (s *sealedStore) Claim(ctx context.Context, id string, c ClaimRequest) (Cla
 		return res, err
 	}
 	switch {
-	case res.Status == ClaimCompleted:
+	case res.Status == idemstore.ClaimCompleted:
 		if res.Payload, err = s.open(ctx, id, "result", res.Payload, resultBinding(id)); err != nil {
-			return ClaimResult{}, err
+			return idemstore.ClaimResult{}, err
 		}
-	case res.Status == ClaimOK && len(res.Checkpoints) > 0:
+	case res.Status == idemstore.ClaimOK && len(res.Checkpoints) > 0:
 		cps := make(map[string][]byte, len(res.Checkpoints))
 		for name, v := range res.Checkpoints {
 			if cps[name], err = s.open(ctx, id, "checkpoint "+name, v, checkpointBinding(id, name)); err != nil {
 				s.release(ctx, id, c.Owner)
-				return ClaimResult{}, err
+				return idemstore.ClaimResult{}, err
 			}
 		}
 		res.Checkpoints = cps
@@ -142,7 +148,7 @@ func (s *sealedStore) Claim(ctx context.Context, id string, c ClaimRequest) (Cla
 // release gives up a claim whose checkpoints do not open, so that the key
 // is not held for a lease by an attempt that never runs.
 func (s *sealedStore) release(ctx context.Context, id, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultWriteTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
 	if err := s.Store.Release(rctx, id, owner); err != nil && !errors.Is(err, ErrLeaseLost) {
 		s.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "event", "release_failed", "id", id, "err", err)
@@ -170,9 +176,9 @@ func (s *sealedStore) Complete(ctx context.Context, id, owner string, payload []
 // errNoWatch is Watch's answer when the sealed store cannot watch.
 var errNoWatch = errors.New("idem: the store cannot watch operations")
 
-// Watch implements Watcher when the sealed store does.
+// Watch implements idemstore.Watcher when the sealed store does.
 func (s *sealedStore) Watch(ctx context.Context, id string) (<-chan struct{}, func(), error) {
-	if w, ok := s.Store.(Watcher); ok {
+	if w, ok := s.Store.(idemstore.Watcher); ok {
 		return w.Watch(ctx, id)
 	}
 	return nil, nil, errNoWatch
@@ -193,18 +199,6 @@ func (s *sealedStore) open(ctx context.Context, id, slot string, sealed, binding
 		err = fmt.Errorf("%w: %w", ErrUnreadable, err)
 	}
 	return nil, err
-}
-
-// unreadableRecord reports a claim that found the record's fingerprint keyed
-// with a key the Guard does not list (ClaimUnreadable), and logs it.
-func (g *Guard) unreadableRecord(ctx context.Context, id string) error {
-	var ids []string
-	if s, ok := g.store.(*sealedStore); ok {
-		ids = s.keyIDs()
-	}
-	g.log.ErrorContext(ctx, "idem: the record's fingerprint is keyed with a key this Guard does not list; the operation is refused and not run again",
-		"event", "fingerprint_key_unlisted", "id", id, "keys", listedKeys(ids))
-	return fmt.Errorf("%w: the record's fingerprint is keyed with a key this Guard does not list (this Guard's: %s)", ErrUnreadable, listedKeys(ids))
 }
 
 // resultBinding is the binding of an operation's result or response.

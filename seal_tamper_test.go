@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // recordKey returns the Redis key of the record of key under kind.
@@ -43,7 +44,7 @@ func copyRecord(t *testing.T, b *backend, from, to string) {
 // brokenSealer seals and keys fingerprints like its Sealer, and never opens.
 type brokenSealer struct {
 	idem.Sealer
-	idem.FingerprintKeyer
+	idemstore.FingerprintKeyer
 }
 
 func (brokenSealer) Open([]byte, []byte) ([]byte, error) { return nil, errors.New("hsm unreachable") }
@@ -66,7 +67,7 @@ func unreadableCases() []unreadableCase {
 		}},
 		{name: "Open fails", spoil: func(*testing.T, *backend, idem.Kind, string) {}, guard: func(t *testing.T, b *backend) *idem.Guard {
 			s := newSealer(t, "k1", "k1")
-			return b.guard(t, idem.WithSealer(brokenSealer{s, s.(idem.FingerprintKeyer)}))
+			return b.guard(t, idem.WithSealer(brokenSealer{s, s.(idemstore.FingerprintKeyer)}))
 		}},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
 
@@ -111,14 +112,14 @@ func TestAESGCMSealer(t *testing.T) {
 
 func TestAESGCMSealerFingerprintKeys(t *testing.T) {
 	s := newSealer(t, "k2", "k1", "k2")
-	fk, ok := s.(idem.FingerprintKeyer)
+	fk, ok := s.(idemstore.FingerprintKeyer)
 	require.True(t, ok)
 	current, secrets := fk.FingerprintKeys()
 	require.Equal(t, "k2", current)
 	require.Len(t, secrets, 2)
 	require.Len(t, secrets["k1"], 32)
 	require.NotEqual(t, testKey('1'), secrets["k1"], "derived, not the sealing key itself")
-	_, again := newSealer(t, "k1", "k1").(idem.FingerprintKeyer).FingerprintKeys()
+	_, again := newSealer(t, "k1", "k1").(idemstore.FingerprintKeyer).FingerprintKeys()
 	require.Equal(t, secrets["k1"], again["k1"], "a key's secret does not depend on the others")
 	secrets["k1"][0] ^= 1
 	_, fresh := fk.FingerprintKeys()

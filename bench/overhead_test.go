@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // cannedStore answers every Claim without I/O: Claimed for fresh runs, or
@@ -16,11 +17,11 @@ type cannedStore struct {
 	replay []byte // nil: claim succeeds
 }
 
-func (s *cannedStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *cannedStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.replay != nil {
-		return idem.ClaimResult{Status: idem.ClaimCompleted, Payload: s.replay}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Payload: s.replay}, nil
 	}
-	return idem.ClaimResult{Status: idem.ClaimOK, Fence: 1}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: 1}, nil
 }
 func (s *cannedStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
 	return nil
@@ -31,8 +32,10 @@ func (s *cannedStore) Checkpoint(ctx context.Context, id, owner, name string, va
 func (s *cannedStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
 	return nil
 }
-func (s *cannedStore) Release(ctx context.Context, id, owner string) error       { return nil }
-func (s *cannedStore) Read(ctx context.Context, id string) (*idem.Record, error) { return nil, nil }
+func (s *cannedStore) Release(ctx context.Context, id, owner string) error { return nil }
+func (s *cannedStore) Read(ctx context.Context, id string) (*idemstore.Record, error) {
+	return nil, nil
+}
 
 // BenchmarkEngineFresh: idem.Do's CPU for a fresh key, store excluded.
 func BenchmarkEngineFresh(b *testing.B) {

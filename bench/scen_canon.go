@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // The canonicalisation scenario: what fingerprinting a JSON body costs the
@@ -21,14 +22,14 @@ import (
 // nullStore claims every key at once and stores nothing.
 type nullStore struct{}
 
-func (nullStore) Claim(context.Context, string, idem.ClaimRequest) (idem.ClaimResult, error) {
-	return idem.ClaimResult{Status: idem.ClaimOK, Fence: 1}, nil
+func (nullStore) Claim(context.Context, string, idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: 1}, nil
 }
 func (nullStore) Heartbeat(context.Context, string, string, time.Duration) error        { return nil }
 func (nullStore) Checkpoint(context.Context, string, string, string, []byte) error      { return nil }
 func (nullStore) Complete(context.Context, string, string, []byte, time.Duration) error { return nil }
 func (nullStore) Release(context.Context, string, string) error                         { return nil }
-func (nullStore) Read(context.Context, string) (*idem.Record, error)                    { return nil, nil }
+func (nullStore) Read(context.Context, string) (*idemstore.Record, error)               { return nil, nil }
 
 // canonBodies are the inputs: a small body as a JavaScript client orders
 // it, about 13 KiB of nested objects out of order, and 1 MiB of objects

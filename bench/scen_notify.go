@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Scenario 9, "notify": a duplicate waiting under idem.WithWait is woken by
@@ -292,11 +293,11 @@ func cpuVariants(e *env, clients int, withText, withoutText string) (with, witho
 			op: func(ctx context.Context, w int, seq uint64) error {
 				id := keys.key(w, seq)
 				owner := "owner-" + id
-				res, err := st.Claim(ctx, id, idem.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: 30 * time.Second, TTL: 30*time.Second + retention})
+				res, err := st.Claim(ctx, id, idemstore.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: 30 * time.Second, TTL: 30*time.Second + retention})
 				if err != nil {
 					return err
 				}
-				if res.Status != idem.ClaimOK {
+				if res.Status != idemstore.ClaimOK {
 					return fmt.Errorf("claim of a fresh key: status %d", res.Status)
 				}
 				rec, lease := st.Keys(id)

@@ -17,12 +17,13 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsql"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // failingStore fails Complete when told to, after the transaction
 // committed: a process that dies, or a Redis that goes away, in between.
 type failingStore struct {
-	idem.Store
+	idemstore.Store
 	failComplete atomic.Bool
 }
 

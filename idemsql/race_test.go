@@ -13,18 +13,19 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsql"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
 // claimSpy reports the fence of every successful claim.
 type claimSpy struct {
-	idem.Store
+	idemstore.Store
 	claims chan<- int64
 }
 
-func (s *claimSpy) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *claimSpy) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, id, c)
-	if err == nil && res.Status == idem.ClaimOK {
+	if err == nil && res.Status == idemstore.ClaimOK {
 		s.claims <- res.Fence
 	}
 	return res, err

@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // NewGuard returns a Guard on a fresh MemoryStore: idem in one call for a
@@ -35,25 +36,25 @@ func NewAttemptGuard(fence int64, checkpoints map[string][]byte, opts ...idem.Op
 //
 //	g := idem.New(idemtest.AsAttempt(store, 2, map[string][]byte{"charge_id": []byte("ch_1")}))
 //
-// The returned store does not implement idem.StoreReader; read s instead.
+// The returned store does not implement idemstore.Reader; read s instead.
 // Its checkpoints are handed out as given, unsealed: under a Guard with
 // idem.WithSealer they do not open (idem.ErrUnreadable), so test the
 // reconciling branch on a Guard without a Sealer.
-func AsAttempt(s idem.Store, fence int64, checkpoints map[string][]byte) idem.Store {
+func AsAttempt(s idemstore.Store, fence int64, checkpoints map[string][]byte) idemstore.Store {
 	return &attemptStore{Store: s, earlier: max(fence, 1) - 1, checkpoints: cloneMap(checkpoints)}
 }
 
 // attemptStore is the store AsAttempt returns.
 type attemptStore struct {
-	idem.Store
+	idemstore.Store
 	earlier     int64             // attempts before the first run
 	checkpoints map[string][]byte // what they left
 }
 
-// Claim implements idem.Store.
-func (a *attemptStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+// Claim implements idemstore.Store.
+func (a *attemptStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	res, err := a.Store.Claim(ctx, id, c)
-	if err != nil || res.Status != idem.ClaimOK {
+	if err != nil || res.Status != idemstore.ClaimOK {
 		return res, err
 	}
 	res.Fence += a.earlier

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 
 func TestMemoryStoreContract(t *testing.T) {
 	idemtest.Run(t, idemtest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 			s := idemtest.NewMemoryStore()
 			return s, s.Advance
 		},
@@ -50,7 +51,7 @@ func TestMemoryStoreExpiry(t *testing.T) {
 	require.Equal(t, 1, runs, "a repeat within the retention replays")
 	rec, err := s.Read(ctx, idem.OperationID(idem.KindDo, "", "k"))
 	require.NoError(t, err)
-	require.Equal(t, idem.StateCompleted, rec.State)
+	require.Equal(t, idemstore.StateCompleted, rec.State)
 	require.InDelta(t, time.Hour, rec.TTL, float64(time.Second))
 	s.Advance(time.Hour)
 	do()

@@ -1,10 +1,10 @@
-// Package idemtest checks implementations of idem.Store against the store
+// Package idemtest checks implementations of idemstore.Store against the store
 // contract, in the spirit of testing/slogtest. Run it from a test of your
 // store:
 //
 //	func TestMyStore(t *testing.T) {
 //		idemtest.Run(t, idemtest.Harness{
-//			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+//			New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
 //				return newMyStore(t), time.Sleep
 //			},
 //		})
@@ -13,7 +13,7 @@
 // Every check is a subtest on ids of its own, so one store may serve them
 // all. Each states the sentence of the contract it verifies, and prints it
 // when it fails. Checks that look at what was stored (TTLs, checkpoints as
-// kept) run when the store also implements idem.StoreReader, and skip
+// kept) run when the store also implements idemstore.Reader, and skip
 // otherwise.
 package idemtest
 
@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // Harness is what Run needs to exercise a store.
@@ -33,7 +34,7 @@ type Harness struct {
 	// New returns the store under test and a function that moves the
 	// store's clock forward by d: time.Sleep for a real server, FastForward
 	// for miniredis. It is called once per check.
-	New func(t *testing.T) (s idem.Store, advance func(d time.Duration))
+	New func(t *testing.T) (s idemstore.Store, advance func(d time.Duration))
 	// Lease is the lease the checks use; it must be long enough for a few
 	// round trips and short enough to wait out. The default is 300ms.
 	Lease time.Duration
@@ -47,7 +48,7 @@ func Run(t *testing.T, h Harness) {
 	for _, ch := range checks {
 		t.Run(ch.name, func(t *testing.T) {
 			s, advance := h.New(t)
-			r, _ := s.(idem.StoreReader)
+			r, _ := s.(idemstore.Reader)
 			ch.run(&checker{T: t, contract: ch.contract, lease: h.Lease, advance: advance, s: s, r: r})
 		})
 	}
@@ -60,8 +61,8 @@ type checker struct {
 	contract string
 	lease    time.Duration
 	advance  func(time.Duration)
-	s        idem.Store
-	r        idem.StoreReader // nil when the store cannot read records
+	s        idemstore.Store
+	r        idemstore.Reader // nil when the store cannot read records
 }
 
 // fail ends the check, quoting the contract it verifies.
@@ -78,12 +79,12 @@ func newID() string {
 
 func newToken() string { return "o" + newID()[:15] }
 
-func (c *checker) req(owner, fp string) idem.ClaimRequest {
-	return idem.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: c.lease, TTL: c.lease + time.Hour}
+func (c *checker) req(owner, fp string) idemstore.ClaimRequest {
+	return idemstore.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: c.lease, TTL: c.lease + time.Hour}
 }
 
 // claim claims id and fails the check unless the outcome is want.
-func (c *checker) claim(id string, r idem.ClaimRequest, want idem.ClaimStatus) idem.ClaimResult {
+func (c *checker) claim(id string, r idemstore.ClaimRequest, want idemstore.ClaimStatus) idemstore.ClaimResult {
 	c.Helper()
 	res, err := c.s.Claim(c.Context(), id, r)
 	if err != nil {
@@ -109,11 +110,11 @@ func (c *checker) leaseLost(what string, err error) {
 	}
 }
 
-// read reads a record back; a store without StoreReader skips the check.
-func (c *checker) read(id string) *idem.Record {
+// read reads a record back; a store without idemstore.Reader skips the check.
+func (c *checker) read(id string) *idemstore.Record {
 	c.Helper()
 	if c.r == nil {
-		c.Skip("the store does not implement idem.StoreReader")
+		c.Skip("the store does not implement idemstore.Reader")
 	}
 	r, err := c.r.Read(c.Context(), id)
 	c.noErr("Read", err)
@@ -145,7 +146,7 @@ var checks = []struct {
 }
 
 func claimAbsent(c *checker) {
-	res := c.claim(newID(), c.req(newToken(), "fp"), idem.ClaimOK)
+	res := c.claim(newID(), c.req(newToken(), "fp"), idemstore.ClaimOK)
 	if res.Fence != 1 || len(res.Checkpoints) != 0 {
 		c.fail("first claim: fence %d, checkpoints %v; want 1 and none", res.Fence, res.Checkpoints)
 	}
@@ -153,8 +154,8 @@ func claimAbsent(c *checker) {
 
 func claimBusy(c *checker) {
 	id := newID()
-	c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
-	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
+	res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimBusy)
 	if res.RetryAfter <= 0 || res.RetryAfter > c.lease {
 		c.fail("busy: RetryAfter %v, want in (0, %v]", res.RetryAfter, c.lease)
 	}
@@ -162,49 +163,49 @@ func claimBusy(c *checker) {
 
 func claimRepeatedByOwner(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
-	if res := c.claim(id, c.req(owner, "fp"), idem.ClaimOK); res.Fence != 1 {
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
+	if res := c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK); res.Fence != 1 {
 		c.fail("re-sent claim: fence %d, want 1", res.Fence)
 	}
 }
 
 func claimMismatch(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp1"), idem.ClaimOK)
-	c.claim(id, c.req(newToken(), "fp2"), idem.ClaimMismatch)
+	c.claim(id, c.req(owner, "fp1"), idemstore.ClaimOK)
+	c.claim(id, c.req(newToken(), "fp2"), idemstore.ClaimMismatch)
 	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("done"), time.Hour))
-	c.claim(id, c.req(newToken(), "fp2"), idem.ClaimMismatch)
+	c.claim(id, c.req(newToken(), "fp2"), idemstore.ClaimMismatch)
 }
 
 func claimKeyedFingerprints(c *checker) {
-	keyed := func(fp string, others ...string) idem.ClaimRequest {
+	keyed := func(fp string, others ...string) idemstore.ClaimRequest {
 		r := c.req(newToken(), fp)
 		r.OtherFingerprints = others
 		return r
 	}
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "k1.MAC1"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "k1.MAC1"), idemstore.ClaimOK)
 	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("done"), time.Hour))
-	c.claim(id, keyed("k2.MAC2", "k1.MAC1"), idem.ClaimCompleted)           // after a rotation: the same request
-	c.claim(id, keyed("k2.MAC2", "k0.MAC0", "k1.MACX"), idem.ClaimMismatch) // another request, under the old key
-	c.claim(id, keyed("k1.MACX"), idem.ClaimMismatch)                       // another request, under the same key
-	c.claim(id, keyed("k2.MAC2"), idem.ClaimUnreadable)                     // the old key is no longer listed
-	c.claim(id, keyed("fp"), idem.ClaimUnreadable)                          // a caller without keyed fingerprints
+	c.claim(id, keyed("k2.MAC2", "k1.MAC1"), idemstore.ClaimCompleted)           // after a rotation: the same request
+	c.claim(id, keyed("k2.MAC2", "k0.MAC0", "k1.MACX"), idemstore.ClaimMismatch) // another request, under the old key
+	c.claim(id, keyed("k1.MACX"), idemstore.ClaimMismatch)                       // another request, under the same key
+	c.claim(id, keyed("k2.MAC2"), idemstore.ClaimUnreadable)                     // the old key is no longer listed
+	c.claim(id, keyed("fp"), idemstore.ClaimUnreadable)                          // a caller without keyed fingerprints
 
 	dotted := newID()
-	c.claim(dotted, c.req(newToken(), "k.1.MAC1"), idem.ClaimOK)
-	c.claim(dotted, keyed("k.2.MAC2", "k.MAC1"), idem.ClaimUnreadable) // key ids may hold dots: "k.1" is not "k"
-	c.claim(dotted, keyed("k.2.MAC2", "k.1.MACX"), idem.ClaimMismatch)
+	c.claim(dotted, c.req(newToken(), "k.1.MAC1"), idemstore.ClaimOK)
+	c.claim(dotted, keyed("k.2.MAC2", "k.MAC1"), idemstore.ClaimUnreadable) // key ids may hold dots: "k.1" is not "k"
+	c.claim(dotted, keyed("k.2.MAC2", "k.1.MACX"), idemstore.ClaimMismatch)
 
 	plain := newID()
-	c.claim(plain, c.req(newToken(), "fp"), idem.ClaimOK)
-	c.claim(plain, keyed("k1.MAC1"), idem.ClaimUnreadable) // a record written without keyed fingerprints
+	c.claim(plain, c.req(newToken(), "fp"), idemstore.ClaimOK)
+	c.claim(plain, keyed("k1.MAC1"), idemstore.ClaimUnreadable) // a record written without keyed fingerprints
 
 	// A takeover re-keys the record with the current key.
 	moved, first := newID(), newToken()
-	c.claim(moved, c.req(first, "k1.MAC1"), idem.ClaimOK)
+	c.claim(moved, c.req(first, "k1.MAC1"), idemstore.ClaimOK)
 	c.noErr("Release", c.s.Release(c.Context(), moved, first))
-	c.claim(moved, keyed("k2.MAC2", "k1.MAC1"), idem.ClaimOK)
+	c.claim(moved, keyed("k2.MAC2", "k1.MAC1"), idemstore.ClaimOK)
 	if r := c.read(moved); r.Fingerprint != "k2.MAC2" {
 		c.fail("fingerprint after a takeover with a new current key: %q, want k2.MAC2", r.Fingerprint)
 	}
@@ -214,7 +215,7 @@ func claimConcurrent(c *checker) {
 	const n = 16
 	id := newID()
 	type result struct {
-		res idem.ClaimResult
+		res idemstore.ClaimResult
 		err error
 	}
 	out := make(chan result, n)
@@ -230,9 +231,9 @@ func claimConcurrent(c *checker) {
 		switch {
 		case r.err != nil:
 			c.fail("Claim: %v", r.err)
-		case r.res.Status == idem.ClaimOK:
+		case r.res.Status == idemstore.ClaimOK:
 			won++
-		case r.res.Status != idem.ClaimBusy:
+		case r.res.Status != idemstore.ClaimBusy:
 			c.fail("Claim: status %v, want claimed or busy", r.res.Status)
 		}
 	}
@@ -243,20 +244,20 @@ func claimConcurrent(c *checker) {
 
 func completeAndReplay(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
 	payload := []byte("result|with|bars\x00and\xffbytes")
 	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, payload, time.Hour))
-	if res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimCompleted); string(res.Payload) != string(payload) {
+	if res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimCompleted); string(res.Payload) != string(payload) {
 		c.fail("replay payload %q, want %q", res.Payload, payload)
 	}
-	if r := c.read(id); r == nil || r.State != idem.StateCompleted || r.LeaseTTL != 0 {
+	if r := c.read(id); r == nil || r.State != idemstore.StateCompleted || r.LeaseTTL != 0 {
 		c.fail("Read after complete: %+v, want COMPLETED without a lease", r)
 	}
 }
 
 func completeRepeatedByOwner(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
 	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("a"), time.Hour))
 	c.noErr("re-sent Complete", c.s.Complete(c.Context(), id, owner, []byte("a"), time.Hour))
 }
@@ -264,10 +265,10 @@ func completeRepeatedByOwner(c *checker) {
 func completeByStaleOwner(c *checker) {
 	ctx := c.Context()
 	id, stale := newID(), newToken()
-	c.claim(id, c.req(stale, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(stale, "fp"), idemstore.ClaimOK)
 	c.advance(c.lease + c.lease/2)
 	fresh := newToken()
-	if res := c.claim(id, c.req(fresh, "fp"), idem.ClaimOK); res.Fence != 2 {
+	if res := c.claim(id, c.req(fresh, "fp"), idemstore.ClaimOK); res.Fence != 2 {
 		c.fail("takeover fence %d, want 2", res.Fence)
 	}
 	c.leaseLost("stale Complete", c.s.Complete(ctx, id, stale, []byte("stale"), time.Hour))
@@ -275,18 +276,18 @@ func completeByStaleOwner(c *checker) {
 	c.leaseLost("stale Checkpoint", c.s.Checkpoint(ctx, id, stale, "n", []byte("v")))
 	c.leaseLost("stale Release", c.s.Release(ctx, id, stale))
 	c.noErr("Complete", c.s.Complete(ctx, id, fresh, []byte("fresh"), time.Hour))
-	if res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimCompleted); string(res.Payload) != "fresh" {
+	if res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimCompleted); string(res.Payload) != "fresh" {
 		c.fail("replay %q, want the taking-over owner's result", res.Payload)
 	}
 }
 
 func releaseKeepsFenceAndCheckpoints(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
 	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, "charge", []byte("ch_1")))
 	c.noErr("Release", c.s.Release(c.Context(), id, owner))
 	c.noErr("re-sent Release", c.s.Release(c.Context(), id, owner))
-	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
+	res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
 	if res.Fence != 2 || string(res.Checkpoints["charge"]) != "ch_1" {
 		c.fail("claim after release: fence %d, checkpoints %q; want 2 and charge=ch_1", res.Fence, res.Checkpoints)
 	}
@@ -294,19 +295,19 @@ func releaseKeepsFenceAndCheckpoints(c *checker) {
 
 func releaseByStranger(c *checker) {
 	id := newID()
-	c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
+	c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
 	c.leaseLost("stranger Release", c.s.Release(c.Context(), id, newToken()))
-	c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimBusy)
 	c.leaseLost("Release of an absent record", c.s.Release(c.Context(), newID(), newToken()))
 }
 
 func takeoverAfterLeaseExpiry(c *checker) {
 	id, dead := newID(), newToken()
-	c.claim(id, c.req(dead, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(dead, "fp"), idemstore.ClaimOK)
 	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, dead, "step", []byte("1")))
-	c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimBusy)
 	c.advance(c.lease + c.lease/2)
-	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
+	res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
 	if res.Fence != 2 || string(res.Checkpoints["step"]) != "1" {
 		c.fail("takeover: fence %d, checkpoints %q; want 2 and step=1", res.Fence, res.Checkpoints)
 	}
@@ -314,25 +315,25 @@ func takeoverAfterLeaseExpiry(c *checker) {
 
 func heartbeat(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
 	for range 3 {
 		c.advance(c.lease / 2)
 		c.noErr("Heartbeat", c.s.Heartbeat(c.Context(), id, owner, c.lease))
 	}
 	// 1.5 leases have passed since the claim: only the heartbeat kept it.
-	c.claim(id, c.req(newToken(), "fp"), idem.ClaimBusy)
+	c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimBusy)
 	c.leaseLost("stranger Heartbeat", c.s.Heartbeat(c.Context(), id, newToken(), c.lease))
 }
 
 func checkpointReplaces(c *checker) {
 	ctx := c.Context()
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
 	c.noErr("Checkpoint", c.s.Checkpoint(ctx, id, owner, "a", []byte("1")))
 	c.noErr("Checkpoint", c.s.Checkpoint(ctx, id, owner, "b", []byte("2")))
 	c.noErr("Checkpoint", c.s.Checkpoint(ctx, id, owner, "a", []byte("3")))
 	c.noErr("Release", c.s.Release(ctx, id, owner))
-	res := c.claim(id, c.req(owner+"x", "fp"), idem.ClaimOK)
+	res := c.claim(id, c.req(owner+"x", "fp"), idemstore.ClaimOK)
 	if cp := res.Checkpoints; len(cp) != 2 || string(cp["a"]) != "3" || string(cp["b"]) != "2" {
 		c.fail("checkpoints %q, want a=3 b=2", cp)
 	}
@@ -342,13 +343,13 @@ func checkpointReplaces(c *checker) {
 
 func checkpointBinary(c *checker) {
 	id, owner := newID(), newToken()
-	c.claim(id, c.req(owner, "fp"), idem.ClaimOK)
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
 	odd := map[string][]byte{"x:|1": []byte("4:ab|\x00\xff:"), "empty": {}, "12:": []byte("::")}
 	for k, v := range odd {
 		c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, k, v))
 	}
 	c.noErr("Release", c.s.Release(c.Context(), id, owner))
-	res := c.claim(id, c.req(newToken(), "fp"), idem.ClaimOK)
+	res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
 	for k, v := range odd {
 		if string(res.Checkpoints[k]) != string(v) {
 			c.fail("checkpoint %q = %q, want %q", k, res.Checkpoints[k], v)
@@ -365,7 +366,7 @@ func readAbsent(c *checker) {
 func ttls(c *checker) {
 	id, owner := newID(), newToken()
 	r := c.req(owner, "fp")
-	c.claim(id, r, idem.ClaimOK)
+	c.claim(id, r, idemstore.ClaimOK)
 	rec := c.read(id)
 	if rec.TTL <= 0 || rec.TTL > r.TTL || rec.LeaseTTL <= 0 || rec.LeaseTTL > c.lease {
 		c.fail("in progress: TTL %v (want in (0, %v]), lease TTL %v (want in (0, %v])", rec.TTL, r.TTL, rec.LeaseTTL, c.lease)
@@ -380,7 +381,7 @@ func writesKeepTTL(c *checker) {
 	id, owner := newID(), newToken()
 	r := c.req(owner, "fp")
 	r.TTL = 10 * time.Hour
-	c.claim(id, r, idem.ClaimOK)
+	c.claim(id, r, idemstore.ClaimOK)
 	first := c.read(id).TTL
 	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, "a", []byte("1")))
 	afterCheckpoint := c.read(id).TTL

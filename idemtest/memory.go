@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
-// MemoryStore is an idem.Store that keeps its records in memory, for unit
+// MemoryStore is an idemstore.Store that keeps its records in memory, for unit
 // tests of code that uses idem: no Redis, no network, no goroutines. It
 // follows the store contract (it passes Run) and implements
-// idem.StoreReader, so a test can look at what was stored:
+// idemstore.Reader, so a test can look at what was stored:
 //
 //	rec, _ := store.Read(ctx, idem.OperationID(idem.KindDo, "", key))
 //
@@ -45,8 +46,8 @@ type memLease struct {
 }
 
 var (
-	_ idem.Store       = (*MemoryStore)(nil)
-	_ idem.StoreReader = (*MemoryStore)(nil)
+	_ idemstore.Store  = (*MemoryStore)(nil)
+	_ idemstore.Reader = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -81,10 +82,10 @@ func (s *MemoryStore) lock() time.Time {
 	return now
 }
 
-// Claim implements idem.Store.
-func (s *MemoryStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+// Claim implements idemstore.Store.
+func (s *MemoryStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return idemstore.ClaimResult{}, err
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
@@ -92,29 +93,29 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, c idem.ClaimRequest)
 	held := l.owner != ""
 	switch {
 	case r == nil && held:
-		return idem.ClaimResult{Status: idem.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
 	case r == nil:
 		r = &memRecord{fence: 1, created: now.Truncate(time.Second)}
 		s.records[id] = r
-	case r.fp != c.Fingerprint && c.MatchFingerprint(r.fp) != idem.ClaimOK:
-		return idem.ClaimResult{Status: c.MatchFingerprint(r.fp), Fence: r.fence}, nil
+	case r.fp != c.Fingerprint && c.MatchFingerprint(r.fp) != idemstore.ClaimOK:
+		return idemstore.ClaimResult{Status: c.MatchFingerprint(r.fp), Fence: r.fence}, nil
 	case r.completed:
-		return idem.ClaimResult{Status: idem.ClaimCompleted, Fence: r.fence, Payload: clone(r.payload)}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Fence: r.fence, Payload: clone(r.payload)}, nil
 	case r.owner == c.Owner && (!held || l.owner == c.Owner):
 		// A re-sent claim: renew the lease, keep the record as it is.
 		s.leases[id] = memLease{owner: c.Owner, expires: now.Add(c.Lease)}
-		return idem.ClaimResult{Status: idem.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
 	case held:
-		return idem.ClaimResult{Status: idem.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
+		return idemstore.ClaimResult{Status: idemstore.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
 	default:
 		r.fence++ // taking over an unfinished record whose lease is gone
 	}
 	r.owner, r.fp, r.expires = c.Owner, c.Fingerprint, now.Add(c.TTL)
 	s.leases[id] = memLease{owner: c.Owner, expires: now.Add(c.Lease)}
-	return idem.ClaimResult{Status: idem.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
+	return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
 }
 
-// Heartbeat implements idem.Store.
+// Heartbeat implements idemstore.Store.
 func (s *MemoryStore) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -128,7 +129,7 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, id, owner string, lease tim
 	return nil
 }
 
-// Checkpoint implements idem.Store.
+// Checkpoint implements idemstore.Store.
 func (s *MemoryStore) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -146,7 +147,7 @@ func (s *MemoryStore) Checkpoint(ctx context.Context, id, owner, name string, va
 	return nil
 }
 
-// Complete implements idem.Store.
+// Complete implements idemstore.Store.
 func (s *MemoryStore) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -165,7 +166,7 @@ func (s *MemoryStore) Complete(ctx context.Context, id, owner string, payload []
 	return nil
 }
 
-// Release implements idem.Store.
+// Release implements idemstore.Store.
 func (s *MemoryStore) Release(ctx context.Context, id, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -182,8 +183,8 @@ func (s *MemoryStore) Release(ctx context.Context, id, owner string) error {
 	return nil
 }
 
-// Read implements idem.StoreReader.
-func (s *MemoryStore) Read(ctx context.Context, id string) (*idem.Record, error) {
+// Read implements idemstore.Reader.
+func (s *MemoryStore) Read(ctx context.Context, id string) (*idemstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -193,10 +194,10 @@ func (s *MemoryStore) Read(ctx context.Context, id string) (*idem.Record, error)
 	if r == nil {
 		return nil, nil
 	}
-	rec := &idem.Record{State: idem.StateInProgress, Fence: r.fence, Owner: r.owner, Fingerprint: r.fp,
+	rec := &idemstore.Record{State: idemstore.StateInProgress, Fence: r.fence, Owner: r.owner, Fingerprint: r.fp,
 		Checkpoints: cloneMap(r.checkpoints), Created: r.created, TTL: r.expires.Sub(now)}
 	if r.completed {
-		rec.State, rec.Payload = idem.StateCompleted, clone(r.payload)
+		rec.State, rec.Payload = idemstore.StateCompleted, clone(r.payload)
 	}
 	if l, ok := s.leases[id]; ok {
 		rec.LeaseTTL = l.expires.Sub(now)

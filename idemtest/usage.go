@@ -4,7 +4,7 @@
 // idem.Do and Guard.Once, and the handlers you put under Guard.Middleware.
 //
 // A Guard without Redis, in one call, for unit tests: NewGuard. It runs on a
-// MemoryStore, an in-memory idem.Store that passes Run, keeps its own clock
+// MemoryStore, an in-memory idemstore.Store that passes Run, keeps its own clock
 // (MemoryStore.Advance lets leases and records expire without sleeping) and
 // reads its records back (idem.OperationID names them):
 //

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // inspection is the output of inspect -json: one object per operation.
@@ -54,7 +55,7 @@ func newInspection(op operation, in *idem.Inspection) *inspection {
 		return out
 	}
 	out.State = "in_progress"
-	if r.State == idem.StateCompleted {
+	if r.State == idemstore.StateCompleted {
 		out.State = "completed"
 	}
 	created := r.Created.UTC()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -69,9 +70,9 @@ func seed(t *testing.T, url string, c redis.UniversalClient) seeded {
 
 	claim := func(key, owner string) string {
 		id := idem.OperationID(idem.KindDo, "", key)
-		res, err := s.Claim(ctx, id, idem.ClaimRequest{Owner: owner, Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+		res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: owner, Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, idem.ClaimOK, res.Status)
+		require.Equal(t, idemstore.ClaimOK, res.Status)
 		return id
 	}
 	claim("running", "o-running")

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemkit/idem/contrib/idemconnect"
+	"github.com/idemkit/idem/contrib/internal/backendtest"
 	"github.com/idemkit/idem/idemclient"
-	"github.com/idemkit/idem/internal/backendtest"
 )
 
 // BenchmarkInterceptor measures a unary Connect call over loopback TCP: a

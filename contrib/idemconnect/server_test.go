@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemconnect"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemstore"
 )
 
 func TestDuplicatesRunOnce(t *testing.T) {
@@ -210,7 +211,7 @@ func TestRedisStopped(t *testing.T) {
 
 // failComplete is a store whose completions fail, as when Redis goes away
 // after the handler ran.
-type failComplete struct{ idem.Store }
+type failComplete struct{ idemstore.Store }
 
 func (failComplete) Complete(context.Context, string, string, []byte, time.Duration) error {
 	return errors.New("connection reset")

@@ -1,6 +1,6 @@
 package idemgrpc_test
 
-import "github.com/idemkit/idem/internal/backendtest"
+import "github.com/idemkit/idem/contrib/internal/backendtest"
 
 // backend is the Redis a test runs on, miniredis or a redis-server of the
 // test's own, which the test may take down (internal/backendtest).

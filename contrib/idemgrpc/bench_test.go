@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/contrib/internal/backendtest"
 	"github.com/idemkit/idem/idemclient"
-	"github.com/idemkit/idem/internal/backendtest"
 )
 
 // BenchmarkInterceptor measures a unary call over loopback TCP: a bare

@@ -17,18 +17,19 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemotel"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // busyStore reports on busy every claim that found the key held, so that a
 // test knows a duplicate is waiting without sleeping.
 type busyStore struct {
-	idem.Store
+	idemstore.Store
 	busy chan struct{}
 }
 
-func (s *busyStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *busyStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	res, err := s.Store.Claim(ctx, id, c)
-	if err == nil && res.Status == idem.ClaimBusy {
+	if err == nil && res.Status == idemstore.ClaimBusy {
 		select {
 		case s.busy <- struct{}{}:
 		default:
@@ -174,7 +175,7 @@ func TestDoEndToEnd(t *testing.T) {
 
 // completeStore fails every completion with err.
 type completeStore struct {
-	idem.Store
+	idemstore.Store
 	err error
 }
 

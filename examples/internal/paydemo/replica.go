@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemstore"
 )
 
 // RedisOptions returns how to reach Redis: the given address or URL, or an
@@ -144,15 +145,15 @@ func Serve(addr string, n int, opts *redis.Options, ledger Ledger, lease time.Du
 // reaches Redis no more, as a crashed process would not: no heartbeat, no
 // complete, no release.
 type killableStore struct {
-	idem.Store
+	idemstore.Store
 	dead atomic.Bool
 }
 
 var errDead = errors.New("replica is dead")
 
-func (s *killableStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+func (s *killableStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.dead.Load() {
-		return idem.ClaimResult{}, errDead
+		return idemstore.ClaimResult{}, errDead
 	}
 	return s.Store.Claim(ctx, id, c)
 }

@@ -1,4 +1,4 @@
-package idem
+package canonjson
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // place puts the members ms of the object that opens at dst[open] in
 // order, and reports whether their names are distinct. objs[inner:] are
 // the objects recorded inside it.
-func (c *canonicalizer) place(open, inner int, ms []member) bool {
+func (c *Canonicalizer) place(open, inner int, ms []member) bool {
 	inOrder, ok := c.arrange(ms)
 	switch {
 	case !ok:
@@ -50,7 +50,7 @@ func (c *canonicalizer) place(open, inner int, ms []member) bool {
 // arrange sorts an object's members by name and reports whether they were
 // in order already, and whether their names are distinct, also for
 // encoding/json's case-insensitive matching.
-func (c *canonicalizer) arrange(ms []member) (inOrder, ok bool) {
+func (c *Canonicalizer) arrange(ms []member) (inOrder, ok bool) {
 	if len(ms) < 2 {
 		return true, true
 	}
@@ -75,10 +75,10 @@ func (c *canonicalizer) arrange(ms []member) (inOrder, ok bool) {
 }
 
 // key returns m's name without its quotes.
-func (c *canonicalizer) key(m member) []byte { return c.dst[m.start+1 : m.keyEnd-1] }
+func (c *Canonicalizer) key(m member) []byte { return c.dst[m.start+1 : m.keyEnd-1] }
 
 // compare orders members by name.
-func (c *canonicalizer) compare(a, b member) int { return bytes.Compare(c.key(a), c.key(b)) }
+func (c *Canonicalizer) compare(a, b member) int { return bytes.Compare(c.key(a), c.key(b)) }
 
 // foldDuplicates reports whether two of the distinct names in ms decode to
 // names that encoding/json takes for one when it decodes into a struct:
@@ -86,7 +86,7 @@ func (c *canonicalizer) compare(a, b member) int { return bytes.Compare(c.key(a)
 // folded. A name of lower-case ASCII letters, digits and punctuation is its
 // own folded form and differs from every other such name: only the other
 // names need comparing.
-func (c *canonicalizer) foldDuplicates(ms []member) bool {
+func (c *Canonicalizer) foldDuplicates(ms []member) bool {
 	c.folds = c.folds[:0]
 	ascii := true // no name has escapes or non-ASCII bytes
 	for _, m := range ms {
@@ -152,7 +152,7 @@ func nameClass(k []byte) uint8 {
 }
 
 // foldCompare orders members by folded name.
-func (c *canonicalizer) foldCompare(a, b member) int {
+func (c *Canonicalizer) foldCompare(a, b member) int {
 	x, y := c.key(a), c.key(b)
 	for len(x) > 0 && len(y) > 0 {
 		rx, nx := foldedRune(x)
@@ -212,7 +212,7 @@ func foldedRune(s []byte) (rune, int) {
 
 // rewrite writes the output again with the members of the objects in
 // c.objs in order. Every byte moves once, however deep the objects nest.
-func (c *canonicalizer) rewrite() {
+func (c *Canonicalizer) rewrite() {
 	if cap(c.tmp) < len(c.dst) {
 		c.tmp = make([]byte, 0, len(c.dst))
 	}
@@ -222,7 +222,7 @@ func (c *canonicalizer) rewrite() {
 
 // emit appends dst[lo:hi] to out, writing the objects of c.objs[a:b], which
 // are those that closed in dst[lo:hi], with their members in order.
-func (c *canonicalizer) emit(out []byte, lo, hi, a, b int) []byte {
+func (c *Canonicalizer) emit(out []byte, lo, hi, a, b int) []byte {
 	// The outermost objects of objs[a:b], last first: each one follows
 	// the objects that closed inside it.
 	base := len(c.tops)
@@ -249,7 +249,7 @@ func (c *canonicalizer) emit(out []byte, lo, hi, a, b int) []byte {
 
 // closedFrom returns the index of the first object of c.objs[a:b] that
 // closed at pos or later.
-func (c *canonicalizer) closedFrom(a, b, pos int) int {
+func (c *Canonicalizer) closedFrom(a, b, pos int) int {
 	for a < b {
 		h := int(uint(a+b) >> 1)
 		if int(c.objs[h].close) < pos {

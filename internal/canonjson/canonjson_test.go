@@ -1,4 +1,4 @@
-package idem
+package canonjson
 
 import (
 	"bytes"
@@ -78,14 +78,14 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		b.Run(in.name+"/idem", func(b *testing.B) {
 			b.SetBytes(int64(len(in.src)))
 			b.ReportAllocs()
-			var c canonicalizer
+			var c Canonicalizer
 			for b.Loop() {
 				c.src, c.i = in.src, 0
 				out, ok := c.run()
 				if !ok {
 					b.Fatal("not canonicalised")
 				}
-				c.reset(out)
+				c.Reset(out)
 			}
 		})
 		b.Run(in.name+"/before", func(b *testing.B) { // the canonicaliser this one replaced
@@ -123,7 +123,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 
 func canon(t testing.TB, s string) (string, bool) {
 	t.Helper()
-	out, ok := canonicalJSON(nil, []byte(s))
+	out, ok := Append(nil, []byte(s))
 	return string(out), ok
 }
 
@@ -240,7 +240,7 @@ func duplicateNames(in []byte) bool {
 	}
 }
 
-// FuzzCanonicalJSON checks canonicalJSON against encoding/json: it accepts
+// FuzzCanonicalJSON checks Append against encoding/json: it accepts
 // exactly the valid documents without duplicate names, its output is valid
 // and stable, and documents that decode to equal values have one canonical
 // form.
@@ -250,14 +250,14 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		out, ok := canonicalJSON(nil, in)
+		out, ok := Append(nil, in)
 		valid := json.Valid(in)
 		require.Equal(t, valid && !duplicateNames(in), ok, "%q", in)
 		if !ok {
 			return
 		}
 		require.True(t, json.Valid(out), "%q -> %q", in, out)
-		again, ok := canonicalJSON(nil, out)
+		again, ok := Append(nil, out)
 		require.True(t, ok)
 		require.Equal(t, string(out), string(again), "canonical form is stable")
 
@@ -270,14 +270,14 @@ func FuzzCanonicalJSON(f *testing.F) {
 		require.NoError(t, unmarshalNumbers(in, &v))
 		re, err := json.Marshal(v)
 		require.NoError(t, err)
-		viaStdlib, ok := canonicalJSON(nil, re)
+		viaStdlib, ok := Append(nil, re)
 		require.True(t, ok)
 		require.Equal(t, string(out), string(viaStdlib), "%q", in)
 	})
 }
 
 // FuzzCanonicalJSONMatchesOracle compares the canonicaliser with the one it
-// replaced (canonical_json_oracle_test.go) on inputs the oracle handles
+// replaced (oracle_test.go) on inputs the oracle handles
 // quickly: the output is the same, so fingerprints stored before the
 // rewrite still match, except for documents with duplicate names, which
 // have no canonical form any more.
@@ -292,7 +292,7 @@ func FuzzCanonicalJSONMatchesOracle(f *testing.F) {
 			return // the oracle's cost grows with depth times size
 		}
 		want, wantOK := oracleCanonicalJSON([]byte("head"), in)
-		got, ok := canonicalJSON([]byte("head"), in)
+		got, ok := Append([]byte("head"), in)
 		switch {
 		case ok:
 			require.True(t, wantOK, "%q", in)
@@ -326,14 +326,14 @@ func TestCanonicalJSONIsLinear(t *testing.T) {
 	flat = append(append([]byte{'['}, flat[:len(flat)-1]...), ']')
 	fastest := func(src []byte) time.Duration {
 		best := time.Hour
-		var c canonicalizer
+		var c Canonicalizer
 		for range 5 {
 			start := time.Now()
 			c.src = src
 			out, ok := c.run()
 			best = min(best, time.Since(start))
 			require.True(t, ok)
-			c.reset(out)
+			c.Reset(out)
 		}
 		return best
 	}

@@ -1,20 +1,22 @@
-package idem
+// Package canonjson writes JSON texts in canonical form, so that two texts
+// that decode to equal values fingerprint equally: no insignificant
+// whitespace, object members sorted by name, strings with only the escapes
+// JSON requires, numbers as written.
+package canonjson
 
 import (
 	"bytes"
 	"math"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
-// maxJSONDepth bounds the nesting canonicalJSON accepts, as encoding/json does.
+// maxJSONDepth bounds the nesting Append accepts, as encoding/json does.
 const maxJSONDepth = 10000
 
 // maxMoves bounds how often a byte may be rewritten with the objects out of
 // order around it as soon as they are parsed (see place).
 const maxMoves = 3
 
-// canonicalJSON appends to dst the canonical form of the JSON text src and
+// Append appends to dst the canonical form of the JSON text src and
 // reports whether src is exactly one JSON value whose objects have distinct
 // member names. The canonical form has no insignificant whitespace, object
 // members sorted by name, strings with only the escapes JSON requires (", \
@@ -33,14 +35,14 @@ const maxMoves = 3
 // order is rewritten either at once, when nothing inside it waits (see
 // place), or in one final pass (rewrite), so that no byte moves more than
 // a few times however deep the objects nest.
-func canonicalJSON(dst, src []byte) ([]byte, bool) {
-	c := canonicalizer{src: src, dst: dst}
+func Append(dst, src []byte) ([]byte, bool) {
+	c := Canonicalizer{src: src, dst: dst}
 	return c.run()
 }
 
-// canonicalizer holds the state of one canonicalisation. Its buffers may be
-// reused (reset) for the next.
-type canonicalizer struct {
+// Canonicalizer holds the state of one canonicalisation. Its buffers may be
+// reused (Reset) for the next.
+type Canonicalizer struct {
 	src, dst []byte
 	i        int
 	members  []member  // a stack: the members of the objects being parsed
@@ -64,7 +66,7 @@ type member struct{ start, keyEnd, end int32 }
 type reorder struct{ open, close, m0, m1, inner int32 }
 
 // run canonicalises c.src after the bytes c.dst holds.
-func (c *canonicalizer) run() ([]byte, bool) {
+func (c *Canonicalizer) run() ([]byte, bool) {
 	dst := c.dst
 	if len(c.dst)+len(c.src) > math.MaxInt32 {
 		return dst, false // positions are int32; the output is never longer than the input
@@ -83,19 +85,36 @@ func (c *canonicalizer) run() ([]byte, bool) {
 	return c.dst, true
 }
 
-// reset readies c for another run that appends to dst.
-func (c *canonicalizer) reset(dst []byte) {
+// Append appends to dst the canonical form of src, as the function Append
+// does, reusing c's buffers. Once the result is no longer needed, Reset
+// takes it back for the next run.
+func (c *Canonicalizer) Append(dst, src []byte) ([]byte, bool) {
+	c.src, c.dst = src, dst
+	return c.run()
+}
+
+// Buffer returns c's output buffer, empty, with room for at least n bytes:
+// the dst to give Append.
+func (c *Canonicalizer) Buffer(n int) []byte {
+	if cap(c.dst) < n {
+		c.dst = make([]byte, 0, n) // the canonical form is never longer
+	}
+	return c.dst[:0]
+}
+
+// Reset readies c for another run that appends to dst.
+func (c *Canonicalizer) Reset(dst []byte) {
 	c.src, c.dst, c.i, c.moves, c.dupKeys = nil, dst[:0], 0, 0, false
 	c.members, c.objs, c.sorted, c.folds, c.tops = c.members[:0], c.objs[:0], c.sorted[:0], c.folds[:0], c.tops[:0]
 }
 
-// small reports whether c's buffers are small enough to keep for reuse.
-func (c *canonicalizer) small(limit int) bool {
+// Small reports whether c's buffers are small enough to keep for reuse.
+func (c *Canonicalizer) Small(limit int) bool {
 	return cap(c.dst) <= limit && cap(c.tmp) <= limit && cap(c.members) <= limit/32 &&
 		cap(c.objs) <= limit/64 && cap(c.sorted) <= limit/32 && cap(c.folds) <= limit/32 && cap(c.tops) <= limit/8
 }
 
-func (c *canonicalizer) space() {
+func (c *Canonicalizer) space() {
 	for c.i < len(c.src) {
 		switch c.src[c.i] {
 		case ' ', '\t', '\n', '\r':
@@ -106,7 +125,7 @@ func (c *canonicalizer) space() {
 	}
 }
 
-func (c *canonicalizer) value(depth int) bool {
+func (c *Canonicalizer) value(depth int) bool {
 	if c.i >= len(c.src) || depth > maxJSONDepth {
 		return false
 	}
@@ -127,7 +146,7 @@ func (c *canonicalizer) value(depth int) bool {
 	return c.number()
 }
 
-func (c *canonicalizer) literal(s string) bool {
+func (c *Canonicalizer) literal(s string) bool {
 	if !bytes.HasPrefix(c.src[c.i:], []byte(s)) {
 		return false
 	}
@@ -136,7 +155,7 @@ func (c *canonicalizer) literal(s string) bool {
 	return true
 }
 
-func (c *canonicalizer) array(depth int) bool {
+func (c *Canonicalizer) array(depth int) bool {
 	c.i++
 	c.dst = append(c.dst, '[')
 	c.space()
@@ -170,7 +189,7 @@ func (c *canonicalizer) array(depth int) bool {
 
 // object copies an object with its members as they come, then puts them in
 // order (see place).
-func (c *canonicalizer) object(depth int) bool {
+func (c *Canonicalizer) object(depth int) bool {
 	c.i++
 	open := len(c.dst)
 	c.dst = append(c.dst, '{')
@@ -225,161 +244,5 @@ func (c *canonicalizer) object(depth int) bool {
 	}
 	c.moves = max(c.moves, outer)
 	c.dst = append(c.dst, '}')
-	return true
-}
-
-// str copies a string in canonical form: the escapes decoded, then only ",
-// \ and control characters escaped.
-func (c *canonicalizer) str() bool {
-	c.i++ // opening quote
-	c.dst = append(c.dst, '"')
-	for c.i < len(c.src) {
-		// Copy the run of plain bytes.
-		j := c.i
-		for j < len(c.src) && c.src[j] != '"' && c.src[j] != '\\' && c.src[j] >= 0x20 {
-			j++
-		}
-		c.dst = append(c.dst, c.src[c.i:j]...)
-		c.i = j
-		if j == len(c.src) || c.src[j] < 0x20 {
-			return false
-		}
-		if c.src[j] == '"' {
-			c.i++
-			c.dst = append(c.dst, '"')
-			return true
-		}
-		// An escape.
-		if j+1 >= len(c.src) {
-			return false
-		}
-		e := c.src[j+1]
-		c.i = j + 2
-		switch e {
-		case '"', '\\':
-			c.dst = append(c.dst, '\\', e)
-		case '/':
-			c.dst = append(c.dst, '/')
-		case 'b', 'f', 'n', 'r', 't':
-			c.dst = append(c.dst, '\\', e)
-		case 'u':
-			r, ok := parseHex4(c.src[c.i:])
-			if !ok {
-				return false
-			}
-			c.i += 4
-			if utf16.IsSurrogate(r) {
-				if r2, ok := c.lowSurrogate(); ok {
-					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-						c.i += 6
-						c.dst = utf8.AppendRune(c.dst, d)
-						continue
-					}
-				}
-				// A lone surrogate stays escaped: it has no UTF-8 form.
-				c.dst = append(c.dst, '\\', 'u', hexDigit(r>>12), hexDigit(r>>8), hexDigit(r>>4), hexDigit(r))
-				continue
-			}
-			c.appendRune(r)
-		default:
-			return false
-		}
-	}
-	return false
-}
-
-// lowSurrogate returns the \uXXXX escape at c.i, if there is one.
-func (c *canonicalizer) lowSurrogate() (rune, bool) {
-	if c.i+6 > len(c.src) || c.src[c.i] != '\\' || c.src[c.i+1] != 'u' {
-		return 0, false
-	}
-	return parseHex4(c.src[c.i+2:])
-}
-
-// appendRune writes a decoded \u escape in canonical form.
-func (c *canonicalizer) appendRune(r rune) {
-	switch r {
-	case '"', '\\':
-		c.dst = append(c.dst, '\\', byte(r))
-	case '\b':
-		c.dst = append(c.dst, '\\', 'b')
-	case '\f':
-		c.dst = append(c.dst, '\\', 'f')
-	case '\n':
-		c.dst = append(c.dst, '\\', 'n')
-	case '\r':
-		c.dst = append(c.dst, '\\', 'r')
-	case '\t':
-		c.dst = append(c.dst, '\\', 't')
-	default:
-		if r < 0x20 {
-			c.dst = append(c.dst, '\\', 'u', '0', '0', hexDigit(r>>4), hexDigit(r))
-			return
-		}
-		c.dst = utf8.AppendRune(c.dst, r)
-	}
-}
-
-// parseHex4 decodes the four hex digits that s starts with.
-func parseHex4(s []byte) (rune, bool) {
-	if len(s) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, h := range s[:4] {
-		switch {
-		case '0' <= h && h <= '9':
-			h -= '0'
-		case 'a' <= h && h <= 'f':
-			h -= 'a' - 10
-		case 'A' <= h && h <= 'F':
-			h -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(h)
-	}
-	return r, true
-}
-
-func hexDigit(r rune) byte { return "0123456789abcdef"[r&0xf] }
-
-// number copies a number as written, after checking its grammar:
-// -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
-func (c *canonicalizer) number() bool {
-	s, i := c.src, c.i
-	digits := func() bool {
-		j := i
-		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
-			i++
-		}
-		return i > j
-	}
-	if i < len(s) && s[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(s) && s[i] == '0':
-		i++
-	case !digits():
-		return false
-	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if !digits() {
-			return false
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if !digits() {
-			return false
-		}
-	}
-	c.dst = append(c.dst, s[c.i:i]...)
-	c.i = i
 	return true
 }

@@ -1,8 +1,8 @@
-// Code copied from canonical_json.go as it was before the linear rewrite
+// Code copied from canonjson.go (then canonical_json.go) as it was before the linear rewrite
 // (issue 9): the oracle that FuzzCanonicalJSONMatchesOracle compares the new
 // canonicaliser with. Do not change it.
 
-package idem
+package canonjson
 
 import (
 	"bytes"

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -55,14 +56,14 @@ func RedisServer(t testing.TB) string {
 // FaultStore fails every claim while Down is set, as an unreachable Redis
 // does.
 type FaultStore struct {
-	idem.Store
+	idemstore.Store
 	Down atomic.Bool
 }
 
-// Claim implements idem.Store.
-func (s *FaultStore) Claim(ctx context.Context, id string, c idem.ClaimRequest) (idem.ClaimResult, error) {
+// Claim implements idemstore.Store.
+func (s *FaultStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if s.Down.Load() {
-		return idem.ClaimResult{}, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		return idemstore.ClaimResult{}, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 	}
 	return s.Store.Claim(ctx, id, c)
 }
