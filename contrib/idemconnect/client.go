@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/contrib/internal/rpcidem"
 )
 
 // ClientOption configures NewClientInterceptor.

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/contrib/internal/rpcidem"
 )
 
 // KeyHeader is the request header that carries the idempotency key: the

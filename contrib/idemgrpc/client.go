@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/contrib/internal/rpcidem"
 )
 
 // ClientOption configures UnaryClientInterceptor.

@@ -5,7 +5,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/contrib/internal/rpcidem"
 )
 
 // deterministic encodes what is fingerprinted and stored, so that equal

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/rpcidem"
+	"github.com/idemkit/idem/contrib/internal/rpcidem"
 )
 
 // MetadataKey is the request metadata that carries the idempotency key.
