@@ -82,105 +82,147 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient, add
 	if addr == "" {
 		addr = clientAddr(c)
 	}
-	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	warn := func(event, msg string, err error) {
-		s.log.WarnContext(ctx, "idem: "+msg, "event", event, "addr", addr, "err", err)
+	n := &nodeCheck{s: s, c: c, addr: addr, key: key}
+	for _, probe := range []func(context.Context) error{n.server, n.keys, n.scripts, n.channels, n.wait} {
+		if err := probe(ctx); err != nil {
+			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
 	}
+	if len(n.problems) > 0 {
+		return fmt.Errorf("idem: Redis at %s: %s", addr, strings.Join(n.problems, "; "))
+	}
+	return nil
+}
 
-	// The server: version and eviction policy, where the user may read them.
-	info, err := c.Info(ctx, "server").Result()
+// nodeCheck is Check's probing of one server: each probe adds what is
+// missing to problems, logs what it warns about, and returns only an error
+// that ends the check (the server could not be reached).
+type nodeCheck struct {
+	s        *RedisStore
+	c        redis.UniversalClient
+	addr     string
+	key      string // the probe key, under the prefix, on this server
+	problems []string
+}
+
+func (n *nodeCheck) fail(format string, args ...any) {
+	n.problems = append(n.problems, fmt.Sprintf(format, args...))
+}
+
+func (n *nodeCheck) warn(ctx context.Context, event, msg string, err error) {
+	n.s.log.WarnContext(ctx, "idem: "+msg, "event", event, "addr", n.addr, "err", err)
+}
+
+// unreachable returns err when it is not the server's refusal.
+func unreachable(err error) error {
+	if err != nil && !isReply(err) {
+		return err
+	}
+	return nil
+}
+
+// server checks the version and the eviction policy, where the user may
+// read them.
+func (n *nodeCheck) server(ctx context.Context) error {
+	info, err := n.c.Info(ctx, "server").Result()
 	switch {
 	case err == nil:
 		srv := redisinfo.ServerOf(redisinfo.Parse(info))
 		if major, ok := srv.RedisMajor(); ok && major < 7 {
-			fail("%s is not supported: idem needs Redis 7.0 or newer", srv)
+			n.fail("%s is not supported: idem needs Redis 7.0 or newer", srv)
 		}
 	case !isReply(err):
-		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return err
 	default:
-		warn("version_unverified", "could not read the server's version (INFO refused); verify Redis 7.0 or newer by hand: redis-cli INFO server", err)
+		n.warn(ctx, "version_unverified", "could not read the server's version (INFO refused); verify Redis 7.0 or newer by hand: redis-cli INFO server", err)
 	}
-	policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	policy, err := n.c.ConfigGet(ctx, "maxmemory-policy").Result()
 	switch {
 	case err != nil && !isReply(err):
-		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return err
 	case err != nil || policy["maxmemory-policy"] == "":
-		warn("eviction_unverified", "could not read maxmemory-policy (CONFIG refused or renamed); verify noeviction by hand: redis-cli CONFIG GET maxmemory-policy, or the service's parameter group", err)
+		n.warn(ctx, "eviction_unverified", "could not read maxmemory-policy (CONFIG refused or renamed); verify noeviction by hand: redis-cli CONFIG GET maxmemory-policy, or the service's parameter group", err)
 	case policy["maxmemory-policy"] != "noeviction":
-		s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction", "event", "eviction_policy",
-			"addr", addr, "maxmemory-policy", policy["maxmemory-policy"])
+		n.s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction", "event", "eviction_policy",
+			"addr", n.addr, "maxmemory-policy", policy["maxmemory-policy"])
 	}
+	return nil
+}
 
-	// Keys under the prefix, read as Inspect reads them.
-	if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Get(ctx, key)
-		p.PTTL(ctx, key)
+// keys reads the probe key as Inspect reads a record.
+func (n *nodeCheck) keys(ctx context.Context) error {
+	_, err := n.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Get(ctx, n.key)
+		p.PTTL(ctx, n.key)
 		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
 		if !isReply(err) {
-			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+			return err
 		}
-		fail("the user may not read keys under %s:* (GET, PTTL in MULTI/EXEC): %v", s.prefix, err)
+		n.fail("the user may not read keys under %s:* (GET, PTTL in MULTI/EXEC): %v", n.s.prefix, err)
 	}
+	return nil
+}
 
-	// The scripts: EVAL, which loads the probe script, then EVALSHA.
+// scripts runs the probe script by EVAL, which loads it, then by EVALSHA.
+func (n *nodeCheck) scripts(ctx context.Context) error {
 	for _, source := range []bool{true, false} {
-		c2 := s.call(probeScript, "", false, false)
-		c2.argv[2] = 1
-		c2.text(key)
-		c2.text(newToken())
-		cmd := c2.cmd(ctx, source)
-		_ = c.Process(ctx, cmd)
+		call := n.s.call(probeScript, "", false, false)
+		call.argv[2] = 1
+		call.text(n.key)
+		call.text(newToken())
+		cmd := call.cmd(ctx, source)
+		_ = n.c.Process(ctx, cmd)
 		v, err := cmd.Slice()
-		if err != nil {
-			if !isReply(err) {
-				return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-			}
-			if strings.Contains(err.Error(), "key") {
-				fail("the user may not read and write keys under %s:* (%s): %v", s.prefix, strings.ToUpper(cmd.Name()), err)
-			} else {
-				fail("the user may not run %s: %v", strings.ToUpper(cmd.Name()), err)
-			}
-			break
-		}
-		if len(v) != 2 {
-			continue
-		}
-		what, msg := fmt.Sprint(v[0]), fmt.Sprint(v[1])
+		name := strings.ToUpper(cmd.Name())
 		switch {
-		case what == "SPUBLISH":
+		case unreachable(err) != nil:
+			return err
+		case err != nil && strings.Contains(err.Error(), "key"):
+			n.fail("the user may not read and write keys under %s:* (%s): %v", n.s.prefix, name, err)
+			return nil
+		case err != nil:
+			n.fail("the user may not run %s: %v", name, err)
+			return nil
+		case len(v) == 2 && v[0] == "SPUBLISH":
 			if source {
-				warn("notify_refused", "the user may not publish on the channels "+s.prefix+":* (ACL &"+s.prefix+":*, +spublish); waiters will poll", errors.New(msg))
+				n.warn(ctx, "notify_refused", "the user may not publish on the channels "+n.s.prefix+":* (ACL &"+n.s.prefix+":*, +spublish); waiters will poll", fmt.Errorf("%v", v[1]))
 			}
-			continue
-		case strings.Contains(msg, "key"):
-			fail("the user may not read and write keys under %s:* (%s in a script): %s", s.prefix, what, msg)
-		default:
-			fail("the user may not run %s in a script: %s", what, msg)
+		case len(v) == 2 && strings.Contains(fmt.Sprint(v[1]), "key"):
+			n.fail("the user may not read and write keys under %s:* (%v in a script): %v", n.s.prefix, v[0], v[1])
+			return nil
+		case len(v) == 2:
+			n.fail("the user may not run %v in a script: %v", v[0], v[1])
+			return nil
 		}
-		break
 	}
+	return nil
+}
 
-	// Waiters' subscriptions.
-	if err := probeSubscribe(ctx, c, key+":n"); err != nil {
-		if !isReply(err) {
-			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-		}
-		warn("notify_refused", "the user may not subscribe to the channels "+s.prefix+":* (ACL &"+s.prefix+":*, +ssubscribe); waiters will poll", err)
+// channels subscribes as a waiter does.
+func (n *nodeCheck) channels(ctx context.Context) error {
+	err := probeSubscribe(ctx, n.c, n.key+":n")
+	if unreachable(err) != nil {
+		return err
 	}
+	if err != nil {
+		n.warn(ctx, "notify_refused", "the user may not subscribe to the channels "+n.s.prefix+":* (ACL &"+n.s.prefix+":*, +ssubscribe); waiters will poll", err)
+	}
+	return nil
+}
 
-	// Replica acknowledgements.
-	if s.replicas > 0 {
-		if err := c.Do(ctx, "WAIT", 0, 1).Err(); err != nil {
-			if !isReply(err) {
-				return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-			}
-			fail("the user may not run WAIT, which WithReplicaAck needs: %v", err)
-		}
+// wait runs WAIT, when the store waits for replicas.
+func (n *nodeCheck) wait(ctx context.Context) error {
+	if n.s.replicas == 0 {
+		return nil
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("idem: Redis at %s: %s", addr, strings.Join(problems, "; "))
+	err := n.c.Do(ctx, "WAIT", 0, 1).Err()
+	if unreachable(err) != nil {
+		return err
+	}
+	if err != nil {
+		n.fail("the user may not run WAIT, which WithReplicaAck needs: %v", err)
 	}
 	return nil
 }
