@@ -243,6 +243,13 @@ func (h *History) snapshot() ([]Call, []Effect, []Fault) {
 	return append([]Call(nil), h.calls...), append([]Effect(nil), h.effects...), append([]Fault(nil), h.faults...)
 }
 
+// Faults returns the faults recorded so far.
+func (h *History) Faults() []Fault {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Fault(nil), h.faults...)
+}
+
 // Len returns the number of calls and effects recorded.
 func (h *History) Len() (calls, effects int) {
 	h.mu.Lock()
