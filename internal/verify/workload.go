@@ -37,10 +37,12 @@ type Workload struct {
 	// effect, for fault injection (freeze the holder, end its lease).
 	OnRun func(ctx context.Context, key string, a *idem.Attempt)
 
-	next  atomic.Int64 // keys used so far
-	mu    sync.Mutex
-	slot  time.Time // the next call's earliest start, under Rate
-	calls atomic.Int64
+	next    atomic.Int64 // keys used so far
+	retries chan string  // keys to call again soon
+	once    sync.Once
+	mu      sync.Mutex
+	slot    time.Time // the next call's earliest start, under Rate
+	calls   atomic.Int64
 }
 
 // errTransient is the failure the function returns now and then: the
@@ -50,6 +52,17 @@ var errTransient = errors.New("verify: transient failure")
 // errFenced is what the function returns when the sink refused its effect.
 var errFenced = errors.New("verify: effect refused: stale fence")
 
+// Retry asks for key to be called again soon, as a client retries after an
+// error or a timeout. It never blocks: when many retries are pending, the
+// key is left to the random repeats.
+func (w *Workload) Retry(key string) {
+	w.defaults()
+	select {
+	case w.retries <- key:
+	default:
+	}
+}
+
 // Calls returns the number of calls made so far.
 func (w *Workload) Calls() int64 { return w.calls.Load() }
 
@@ -57,6 +70,7 @@ func (w *Workload) Calls() int64 { return w.calls.Load() }
 func (w *Workload) KeysUsed() int { return int(w.next.Load()) }
 
 func (w *Workload) defaults() {
+	w.once.Do(func() { w.retries = make(chan string, 256) })
 	if w.Workers <= 0 {
 		w.Workers = 16
 	}
@@ -141,10 +155,15 @@ func (w *Workload) pace(ctx context.Context) bool {
 	return ctx.Err() == nil
 }
 
-// pick returns the key of the next action and its request: a new key half
-// the time while keys remain, otherwise a key used before, picked at random;
-// one in 50 repeats carries another request.
+// pick returns the key of the next action and its request: a key to
+// retry, or a new key half the time while keys remain, otherwise a key used
+// before, picked at random; one in 50 repeats carries another request.
 func (w *Workload) pick(rnd *rand.Rand) (key, req string) {
+	select {
+	case key := <-w.retries:
+		return key, "pay"
+	default:
+	}
 	used := w.next.Load()
 	var n int64
 	if used == 0 || (used < int64(w.Keys) && rnd.IntN(2) == 0) {
@@ -184,6 +203,8 @@ func (w *Workload) call(ctx context.Context, g *idem.Guard, h *History, s *Sink,
 	})
 	if err == nil {
 		v = w.unpad(v)
+	} else if !probe && req == "pay" && rnd.IntN(2) == 0 {
+		w.Retry(key) // a client retrying after an error
 	}
 	op.End(v, err)
 }
