@@ -146,13 +146,20 @@ func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
 	t.Logf("seed %d: %v, faults %v; history %d calls, %d effects (%d fenced off), %d keys; checker %v; %d violation(s)",
 		seed, duration, r.applied, calls, effects, rep.Fenced, w.KeysUsed(), rep.CheckTime, rep.Total())
 	t.Logf("seed %d: errors %v; p50 %v, p99 %v", seed, rep.Errors, rep.P50, rep.P99)
-	for _, v := range rep.Violations {
-		t.Errorf("seed %d: %s", seed, v)
-	}
-	if !r.limits {
-		require.True(t, rep.OK(), "seed %d: %d violation(s); replay with IDEM_VERIFY_LONG=1 IDEM_VERIFY_SEED=%d", seed, rep.Total(), seed)
-	}
 	require.Positive(t, rep.Effects, "the workload acted")
+	for i, v := range rep.Violations {
+		if i == 20 {
+			break
+		}
+		t.Logf("seed %d: %s", seed, v)
+	}
+	if r.limits {
+		// Killing Redis without persistence loses records: violations are
+		// expected, and each must be blamed on that limit.
+		require.Equal(t, rep.Total(), rep.FromLimits, "seed %d: violations outside the documented limits", seed)
+		return
+	}
+	require.True(t, rep.OK(), "seed %d: %d violation(s); replay with IDEM_VERIFY_LONG=1 IDEM_VERIFY_SEED=%d", seed, rep.Total(), seed)
 }
 
 // guards returns three Guards through the proxy and the dropper, on two

@@ -212,7 +212,7 @@ func (c *checker) violate(inv, what, key string, idx ...int) {
 		if end < 0 {
 			end = 1 << 62
 		}
-		if f.Start <= hi && end >= lo {
+		if f.Start <= hi && end >= lo && !slices.Contains(v.Faults, f.Name) {
 			v.Faults = append(v.Faults, f.Name)
 			if f.Limit != "" && v.Limit == "" {
 				v.Limit = f.Limit
