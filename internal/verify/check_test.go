@@ -56,60 +56,62 @@ func TestCheckCleanHistory(t *testing.T) {
 	require.Empty(t, r.Violations)
 }
 
+// planted are histories with one violation each, planted in clean().
+var planted = []struct {
+	name  string
+	plant func(h *History)
+	count func(r *Report) int
+	inv   string
+	key   string
+	calls []int
+}{
+	{
+		name: "duplicate effect",
+		plant: func(h *History) {
+			h.AddCall(ran(call("d", 100*ms, 110*ms, KindOK, "d1"), 1)) // #9
+			h.AddCall(ran(call("d", 105*ms, 130*ms, KindOK, "d1"), 1)) // #10: concurrent, the claim was lost
+			h.AddEffect(Effect{Key: "d", Fence: 1, Value: "d1", Call: 9, Accepted: true})
+			h.AddEffect(Effect{Key: "d", Fence: 1, Value: "d1", Call: 10, Accepted: true})
+		},
+		count: func(r *Report) int { return r.Duplicates },
+		inv:   I1, key: "d", calls: []int{9, 10},
+	},
+	{
+		name: "lost acknowledged result",
+		plant: func(h *History) {
+			h.AddCall(ran(call("a", 30*ms, 35*ms, KindNotRecorded, ""), 2)) // #9: ran again after #0 handed a1
+		},
+		count: func(r *Report) int { return r.Lost },
+		inv:   I3, key: "a", calls: []int{0, 9},
+	},
+	{
+		name: "divergent replay",
+		plant: func(h *History) {
+			h.AddCall(call("b", 70*ms, 71*ms, KindOK, "b-other")) // #9
+		},
+		count: func(r *Report) int { return r.Divergent },
+		inv:   I2, key: "b", calls: []int{4, 9},
+	},
+	{
+		name: "fail-closed error after fn ran",
+		plant: func(h *History) {
+			h.AddCall(ran(call("e", 100*ms, 110*ms, KindUnavailable, ""), 1)) // #9
+		},
+		count: func(r *Report) int { return r.FailClosed },
+		inv:   I2, key: "e", calls: []int{9},
+	},
+	{
+		name: "key stuck after the faults healed",
+		plant: func(h *History) {
+			h.AddCall(Call{Key: "f", Start: 100 * ms, End: 200 * ms, Kind: KindInProgress, Probe: true}) // #9
+		},
+		count: func(r *Report) int { return r.Stuck },
+		inv:   I4, key: "f", calls: []int{9},
+	},
+}
+
 func TestCheckPlantedViolations(t *testing.T) {
-	tests := []struct {
-		name  string
-		plant func(h *History)
-		count func(r *Report) int
-		inv   string
-		key   string
-		calls []int
-	}{
-		{
-			name: "duplicate effect",
-			plant: func(h *History) {
-				h.AddCall(ran(call("d", 100*ms, 110*ms, KindOK, "d1"), 1)) // #9
-				h.AddCall(ran(call("d", 105*ms, 130*ms, KindOK, "d1"), 1)) // #10: concurrent, the claim was lost
-				h.AddEffect(Effect{Key: "d", Fence: 1, Value: "d1", Call: 9, Accepted: true})
-				h.AddEffect(Effect{Key: "d", Fence: 1, Value: "d1", Call: 10, Accepted: true})
-			},
-			count: func(r *Report) int { return r.Duplicates },
-			inv:   I1, key: "d", calls: []int{9, 10},
-		},
-		{
-			name: "lost acknowledged result",
-			plant: func(h *History) {
-				h.AddCall(ran(call("a", 30*ms, 35*ms, KindNotRecorded, ""), 2)) // #9: ran again after #0 handed a1
-			},
-			count: func(r *Report) int { return r.Lost },
-			inv:   I3, key: "a", calls: []int{0, 9},
-		},
-		{
-			name: "divergent replay",
-			plant: func(h *History) {
-				h.AddCall(call("b", 70*ms, 71*ms, KindOK, "b-other")) // #9
-			},
-			count: func(r *Report) int { return r.Divergent },
-			inv:   I2, key: "b", calls: []int{4, 9},
-		},
-		{
-			name: "fail-closed error after fn ran",
-			plant: func(h *History) {
-				h.AddCall(ran(call("e", 100*ms, 110*ms, KindUnavailable, ""), 1)) // #9
-			},
-			count: func(r *Report) int { return r.FailClosed },
-			inv:   I2, key: "e", calls: []int{9},
-		},
-		{
-			name: "key stuck after the faults healed",
-			plant: func(h *History) {
-				h.AddCall(Call{Key: "f", Start: 100 * ms, End: 200 * ms, Kind: KindInProgress, Probe: true}) // #9
-			},
-			count: func(r *Report) int { return r.Stuck },
-			inv:   I4, key: "f", calls: []int{9},
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range planted {
 		t.Run(tt.name, func(t *testing.T) {
 			h := clean()
 			tt.plant(h)
