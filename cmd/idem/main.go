@@ -5,6 +5,7 @@
 //	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
 //	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
+//	idem verify  -redis URL [-cacert FILE] [-timeout D] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -25,6 +26,19 @@
 // reports their count by state and the distribution of their memory and TTL.
 // check reports every server's name (Redis, Valkey) and version, eviction
 // policy, persistence and replicas, and fails for a server idem cannot use.
+//
+// verify runs idem against the deployment for -duration, as an application
+// would, and checks what every caller got: workers call Do with new keys,
+// with repeats of keys at random later times and with concurrent
+// duplicates, at most -rate calls a second over at most -keys keys; each
+// function acts on a fenced effect sink in memory. It then reports the
+// operations, duplicate effects, lost results, divergent replays, errors by
+// kind and the p50/p99 latency, and fails when an invariant was violated.
+// Evictions and restarts or failovers seen meanwhile are named as the cause.
+// It writes only under a prefix of its own (idem-verify-RANDOM), with TTLs
+// of minutes, and deletes what it wrote at the end; for verify, -timeout
+// bounds the set-up and each call, not the run. With -json, the last line
+// is one JSON object (operations, duplicates, lost, violations, ...).
 //
 // URL is one of
 //
@@ -90,6 +104,7 @@ const usage = `usage:
   idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
   idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
   idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
+  idem verify  -redis URL [-cacert FILE] [-timeout D] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
      (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
@@ -100,6 +115,9 @@ Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd
 type command struct {
 	fs  *flag.FlagSet
 	run func(ctx context.Context, env *env) error
+	// long: the command runs longer than -timeout, which bounds each of
+	// its steps instead (env.timeout).
+	long bool
 }
 
 // env is what a command works with once its flags are parsed.
@@ -108,7 +126,8 @@ type env struct {
 	stdout, stderr io.Writer
 	args           []string // positional arguments
 	client         redis.UniversalClient
-	target         string // where client points, for messages
+	target         string        // where client points, for messages
+	timeout        time.Duration // -timeout
 }
 
 // run runs the command line args and returns the exit status.
@@ -182,8 +201,8 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 		return usageError(e, "-redis: "+err.Error())
 	}
 	defer client.Close()
-	e.client, e.target = client, target
-	if c.timeout > 0 {
+	e.client, e.target, e.timeout = client, target, c.timeout
+	if c.timeout > 0 && !cmd.long {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
@@ -200,6 +219,7 @@ func commands(name string, common *commonFlags) (*command, bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	common.register(fs)
 	var run func(ctx context.Context, e *env) error
+	long := false
 	switch name {
 	case "inspect":
 		o := registerOperationFlags(fs)
@@ -219,6 +239,9 @@ func commands(name string, common *commonFlags) (*command, bool) {
 		prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix), whose keys and channels are probed")
 		strict := fs.Bool("strict", false, "exit 1 on warnings too")
 		run = func(ctx context.Context, e *env) error { return check(ctx, e, *prefix, *strict) }
+	case "verify":
+		v := registerVerifyFlags(fs)
+		run, long = func(ctx context.Context, e *env) error { return verifyCmd(ctx, e, v) }, true
 	default:
 		return nil, false
 	}
@@ -226,7 +249,7 @@ func commands(name string, common *commonFlags) (*command, bool) {
 		fmt.Fprintf(fs.Output(), "usage of idem %s:\n", name)
 		fs.PrintDefaults()
 	}
-	return &command{fs: fs, run: run}, true
+	return &command{fs: fs, run: run, long: long}, true
 }
 
 // operationFlags name one operation.

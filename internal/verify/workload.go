@@ -1,0 +1,290 @@
+package verify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// A Workload is randomised traffic through Do as real clients make it: new
+// keys, repeats of keys at random later times (retries after a timeout, an
+// error or a lost answer), bursts of concurrent duplicates (double clicks),
+// now and then a key reused with another request. Its function acts on a
+// fenced Sink and reconciles when Attempt.Fence > 1, as the documentation
+// asks of a function with an external side effect.
+type Workload struct {
+	Guards    []*idem.Guard // each call goes through one at random, as through one of several replicas
+	Workers   int           // concurrent clients; default 16
+	Keys      int           // distinct keys at most; default 1000
+	KeyPrefix string        // keys are KeyPrefix followed by a number
+	Payload   int           // bytes of each result; default 64
+	Rate      int           // calls per second at most; 0: no bound
+	Work      time.Duration // the function works a random time up to Work; default 2ms
+	Timeout   time.Duration // bound of each call; 0: none
+	Seed      uint64        // seed of the random choices
+
+	// OnRun, when set, is called by the function as it starts, before its
+	// effect, for fault injection (freeze the holder, end its lease).
+	OnRun func(ctx context.Context, key string, a *idem.Attempt)
+
+	next    atomic.Int64 // keys used so far
+	retries chan string  // keys to call again soon
+	once    sync.Once
+	mu      sync.Mutex
+	slot    time.Time // the next call's earliest start, under Rate
+	calls   atomic.Int64
+}
+
+// errTransient is the failure the function returns now and then: the
+// claim is released and a retry runs again.
+var errTransient = errors.New("verify: transient failure")
+
+// errFenced is what the function returns when the sink refused its effect.
+var errFenced = errors.New("verify: effect refused: stale fence")
+
+// Retry asks for key to be called again soon, as a client retries after an
+// error or a timeout. It never blocks: when many retries are pending, the
+// key is left to the random repeats.
+func (w *Workload) Retry(key string) {
+	w.defaults()
+	select {
+	case w.retries <- key:
+	default:
+	}
+}
+
+// Calls returns the number of calls made so far.
+func (w *Workload) Calls() int64 { return w.calls.Load() }
+
+// KeysUsed returns the number of distinct keys used so far.
+func (w *Workload) KeysUsed() int { return int(w.next.Load()) }
+
+func (w *Workload) defaults() {
+	w.once.Do(func() { w.retries = make(chan string, 256) })
+	if w.Workers <= 0 {
+		w.Workers = 16
+	}
+	if w.Keys <= 0 {
+		w.Keys = 1000
+	}
+	if w.Payload <= 0 {
+		w.Payload = 64
+	}
+	if w.Work <= 0 {
+		w.Work = 2 * time.Millisecond
+	}
+}
+
+// Run makes calls until ctx ends, recording them in h and their effects in
+// s, and returns once every call it started has returned.
+func (w *Workload) Run(ctx context.Context, h *History, s *Sink) {
+	w.defaults()
+	var wg sync.WaitGroup
+	for i := range w.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(w.Seed, uint64(i)))
+			for ctx.Err() == nil {
+				w.step(ctx, rnd, h, s)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// step makes one client action: a call, or a burst of concurrent duplicates.
+func (w *Workload) step(ctx context.Context, rnd *rand.Rand, h *History, s *Sink) {
+	if !w.pace(ctx) {
+		return
+	}
+	key, req := w.pick(rnd)
+	n := 1
+	if rnd.IntN(8) == 0 {
+		n = 2 + rnd.IntN(2)
+	}
+	var wg sync.WaitGroup
+	for j := range n {
+		g := w.Guards[rnd.IntN(len(w.Guards))]
+		seed := rnd.Uint64()
+		if j == n-1 {
+			w.call(ctx, g, h, s, key, req, seed, false)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.call(ctx, g, h, s, key, req, seed, false)
+		}()
+	}
+	wg.Wait()
+}
+
+// pace waits for the next call's slot under Rate; false when ctx ended.
+func (w *Workload) pace(ctx context.Context) bool {
+	if w.Rate <= 0 {
+		return ctx.Err() == nil
+	}
+	w.mu.Lock()
+	now := time.Now()
+	at := now
+	if w.slot.After(now) {
+		at = w.slot
+	}
+	w.slot = at.Add(time.Second / time.Duration(w.Rate))
+	w.mu.Unlock()
+	if d := at.Sub(now); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// pick returns the key of the next action and its request: a key to
+// retry, or a new key half the time while keys remain, otherwise a key used
+// before, picked at random; one in 50 repeats carries another request.
+func (w *Workload) pick(rnd *rand.Rand) (key, req string) {
+	select {
+	case key := <-w.retries:
+		return key, "pay"
+	default:
+	}
+	used := w.next.Load()
+	var n int64
+	if used == 0 || (used < int64(w.Keys) && rnd.IntN(2) == 0) {
+		n = w.next.Add(1) - 1
+		if n >= int64(w.Keys) {
+			n = rnd.Int64N(int64(w.Keys))
+		}
+	} else {
+		n = rnd.Int64N(used)
+	}
+	key = w.KeyPrefix + strconv.FormatInt(n, 10)
+	req = "pay"
+	if rnd.IntN(50) == 0 {
+		req = "other"
+	}
+	return key, req
+}
+
+// request is what a call fingerprints.
+type request struct {
+	Key    string `json:"key"`
+	Action string `json:"action"`
+}
+
+// call makes one call of Do and records it.
+func (w *Workload) call(ctx context.Context, g *idem.Guard, h *History, s *Sink, key, req string, seed uint64, probe bool) {
+	w.calls.Add(1)
+	if w.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.Timeout)
+		defer cancel()
+	}
+	op := h.Begin(key, req, probe)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	v, err := idem.Do(ctx, g, key, request{Key: key, Action: req}, func(ctx context.Context, a *idem.Attempt) (string, error) {
+		return w.fn(ctx, rnd, op, s, key, a)
+	})
+	if err == nil {
+		v = w.unpad(v)
+	} else if !probe && req == "pay" && rnd.IntN(2) == 0 {
+		w.Retry(key) // a client retrying after an error
+	}
+	op.End(v, err)
+}
+
+// fn is the operation's function: reconcile on a takeover, fail now and
+// then, else act on the sink once and return the effect's value.
+func (w *Workload) fn(ctx context.Context, rnd *rand.Rand, op *Op, s *Sink, key string, a *idem.Attempt) (string, error) {
+	op.Ran(a.Fence)
+	if w.OnRun != nil {
+		w.OnRun(ctx, key, a)
+	}
+	if d := time.Duration(rnd.Int64N(int64(w.Work) + 1)); d > 0 {
+		time.Sleep(d) // the function's own work, which ignores ctx as a side effect under way would
+	}
+	if a.Fence > 1 {
+		if v, ok := s.Lookup(key, a.Fence); ok {
+			return w.pad(v), nil
+		}
+	}
+	switch rnd.IntN(20) {
+	case 0:
+		return "", errTransient
+	case 1:
+		return "", idem.Permanent(fmt.Errorf("verify: declined %s", key))
+	}
+	v := fmt.Sprintf("%s/%d/%d", key, a.Fence, op.ID())
+	if !s.Apply(op, key, a.Fence, v) {
+		return "", errFenced
+	}
+	return w.pad(v), nil
+}
+
+// pad makes the result Payload bytes long: the value, '|', then filler
+// derived from the value that does not compress (a store that compresses
+// results must hold every byte of it, as of a real result).
+func (w *Workload) pad(v string) string {
+	var b strings.Builder
+	b.Grow(max(w.Payload, len(v)+1))
+	b.WriteString(v)
+	b.WriteByte('|')
+	sum := sha256.Sum256([]byte(v))
+	for b.Len() < w.Payload {
+		var x [2 * sha256.Size]byte
+		hex.Encode(x[:], sum[:])
+		b.Write(x[:min(len(x), w.Payload-b.Len())])
+		sum = sha256.Sum256(sum[:])
+	}
+	return b.String()
+}
+
+// unpad returns the value in a result made by pad, or the result marked as
+// corrupt when it is not one.
+func (w *Workload) unpad(r string) string {
+	v, _, ok := strings.Cut(r, "|")
+	if !ok || r != w.pad(v) {
+		return "corrupt:" + r[:min(len(r), 64)]
+	}
+	return v
+}
+
+// Probe calls every key used once more through g, as probes (I4), a few
+// at a time, and returns once all have returned. Give g a WithWait of at
+// least lease + wait, so that a key is refused only if it stayed busy that
+// long.
+func (w *Workload) Probe(ctx context.Context, g *idem.Guard, h *History, s *Sink) {
+	w.defaults()
+	keys := make(chan int64)
+	var wg sync.WaitGroup
+	for i := range w.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range keys {
+				w.call(ctx, g, h, s, w.KeyPrefix+strconv.FormatInt(n, 10), "pay", w.Seed^uint64(n)^uint64(i), true)
+			}
+		}()
+	}
+	for n := range min(w.next.Load(), int64(w.Keys)) {
+		keys <- n
+	}
+	close(keys)
+	wg.Wait()
+}

@@ -1,0 +1,84 @@
+package verify
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem"
+)
+
+// miniGuards returns n Guards sharing one miniredis.
+func miniGuards(t *testing.T, n int, opts ...idem.Option) (*miniredis.Miniredis, []*idem.Guard) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	var gs []*idem.Guard
+	for range n {
+		s := idem.NewRedisStore(c, idem.WithPrefix("verify"))
+		gs = append(gs, idem.New(s, append([]idem.Option{idem.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...))
+	}
+	return m, gs
+}
+
+// runFor runs w for the given number of calls (not a duration: a count is
+// what the test needs) and then probes.
+func runFor(t *testing.T, w *Workload, calls int64, between func(h *History)) *Report {
+	t.Helper()
+	h := NewHistory()
+	s := NewSink(h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx, h, s)
+	}()
+	for w.Calls() < calls/2 {
+		time.Sleep(time.Millisecond)
+	}
+	if between != nil {
+		between(h)
+	}
+	for w.Calls() < calls {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	w.Probe(context.Background(), w.Guards[0], h, s)
+	return Check(h)
+}
+
+func TestWorkloadClean(t *testing.T) {
+	_, gs := miniGuards(t, 3, idem.WithWait(time.Second))
+	w := &Workload{Guards: gs, Workers: 8, Keys: 200, KeyPrefix: "k", Payload: 100, Seed: 1}
+	r := runFor(t, w, 2000, nil)
+	require.True(t, r.OK(), "%v", r.Violations)
+	require.GreaterOrEqual(t, r.Operations, 2000)
+	require.Equal(t, 200, r.Probes)
+	require.Positive(t, r.Ran)
+	require.Less(t, r.Ran, r.Operations-r.Probes, "repeats replay")
+	require.Positive(t, r.Effects)
+}
+
+// TestWorkloadCatchesDataLoss: Redis loses every record mid-run (a restart
+// without persistence): keys run again at fence 1, their effects are
+// accepted twice and the results handed out before are lost.
+func TestWorkloadCatchesDataLoss(t *testing.T) {
+	m, gs := miniGuards(t, 2, idem.WithWait(time.Second))
+	w := &Workload{Guards: gs, Workers: 8, Keys: 50, KeyPrefix: "k", Seed: 2}
+	r := runFor(t, w, 3000, func(h *History) {
+		h.AddFault(Fault{Name: "FLUSHALL", Limit: LimitRestart, Start: h.Now(), End: -1})
+		m.FlushAll()
+	})
+	require.False(t, r.OK())
+	require.Positive(t, r.Duplicates)
+	require.Positive(t, r.Lost)
+	require.Equal(t, r.Total(), r.FromLimits, "every violation is blamed on the restart")
+	require.Contains(t, r.Violations[0].String(), "restart without persistence")
+}
