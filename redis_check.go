@@ -113,8 +113,8 @@ func (n *nodeCheck) warn(ctx context.Context, event, msg string, err error) {
 	n.s.log.WarnContext(ctx, "idem: "+msg, "event", event, "addr", n.addr, "err", err)
 }
 
-// unreachable returns err when it is not the server's refusal.
-func unreachable(err error) error {
+// failedToReach returns err when it is not the server's refusal.
+func failedToReach(err error) error {
 	if err != nil && !isReply(err) {
 		return err
 	}
@@ -177,7 +177,7 @@ func (n *nodeCheck) scripts(ctx context.Context) error {
 		v, err := cmd.Slice()
 		name := strings.ToUpper(cmd.Name())
 		switch {
-		case unreachable(err) != nil:
+		case failedToReach(err) != nil:
 			return err
 		case err != nil && strings.Contains(err.Error(), "key"):
 			n.fail("the user may not read and write keys under %s:* (%s): %v", n.s.prefix, name, err)
@@ -203,7 +203,7 @@ func (n *nodeCheck) scripts(ctx context.Context) error {
 // channels subscribes as a waiter does.
 func (n *nodeCheck) channels(ctx context.Context) error {
 	err := probeSubscribe(ctx, n.c, n.key+":n")
-	if unreachable(err) != nil {
+	if failedToReach(err) != nil {
 		return err
 	}
 	if err != nil {
@@ -218,7 +218,7 @@ func (n *nodeCheck) wait(ctx context.Context) error {
 		return nil
 	}
 	err := n.c.Do(ctx, "WAIT", 0, 1).Err()
-	if unreachable(err) != nil {
+	if failedToReach(err) != nil {
 		return err
 	}
 	if err != nil {

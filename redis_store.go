@@ -287,6 +287,32 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	return s.published(ctx, n, err)
 }
 
+// notifyRefused logs, once per store, that the server refuses idem's
+// notifications to waiting duplicates, which then poll.
+func (s *RedisStore) notifyRefused(ctx context.Context, why error) {
+	s.watchable.Store(2)
+	if s.warnedNotify.Swap(true) {
+		return
+	}
+	s.log.WarnContext(ctx, "idem: the Redis user may not use the sharded channels "+s.prefix+":* (ACL &"+s.prefix+":*, +spublish, +ssubscribe); results are stored, but waiting duplicates poll instead of being notified",
+		"event", "notify_refused", "err", why)
+}
+
+// errPublishRefused is why notifyRefused is called for a script whose
+// publish the server refused.
+var errPublishRefused = errors.New("idem: SPUBLISH refused in a script")
+
+// published maps the reply of complete.lua and release.lua to nil or
+// ErrLeaseLost, as owned does; their reply 2 (done, but the server refused
+// to publish the waiters' notification) is done, and warns once.
+func (s *RedisStore) published(ctx context.Context, n int64, err error) error {
+	if err == nil && n == 2 {
+		s.notifyRefused(ctx, errPublishRefused)
+		n = 1
+	}
+	return owned(n, err)
+}
+
 // owned maps a script's 1/0 reply to nil/ErrLeaseLost.
 func owned(n int64, err error) error {
 	switch {

@@ -41,8 +41,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest/verify"
 	"github.com/idemkit/idem/internal/redistest"
-	"github.com/idemkit/idem/internal/verify"
 )
 
 // rfLease is the lease of the schedules: short, so that faults longer than

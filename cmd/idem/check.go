@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,8 +18,14 @@ import (
 	"github.com/idemkit/idem/internal/redisinfo"
 )
 
-// server is what check reports of one server.
-type server struct {
+var _ = register("check", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
+	prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix), whose keys and channels are probed")
+	strict := fs.Bool("strict", false, "exit 1 on warnings too")
+	return func(ctx context.Context, e *env) error { return runCheck(ctx, e, *prefix, *strict) }, false
+})
+
+// serverReport is what check reports of one server.
+type serverReport struct {
 	name        string
 	info        map[string]string // INFO server, replication, persistence, memory; nil when refused
 	save        string            // CONFIG GET save; "?" when CONFIG is refused
@@ -26,14 +33,14 @@ type server struct {
 	warnings    []string
 }
 
-// check reports every server and runs idem's own start-up check.
-func check(ctx context.Context, e *env, prefix string, strict bool) error {
+// runCheck reports every server and runs idem's own start-up check.
+func runCheck(ctx context.Context, e *env, prefix string, strict bool) error {
 	if len(e.args) > 0 {
 		return usageError(e, fmt.Sprintf("check takes no arguments, got %q", e.args))
 	}
 	var (
 		mu      sync.Mutex
-		servers []*server
+		servers []*serverReport
 	)
 	err := forEachServer(ctx, e, func(ctx context.Context, c *redis.Client, name string) error {
 		s, err := describe(ctx, c, name)
@@ -48,7 +55,7 @@ func check(ctx context.Context, e *env, prefix string, strict bool) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(servers, func(a, b *server) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(servers, func(a, b *serverReport) int { return strings.Compare(a.name, b.name) })
 	for _, s := range servers {
 		s.print(e.stdout)
 	}
@@ -77,8 +84,8 @@ func check(ctx context.Context, e *env, prefix string, strict bool) error {
 // refuses INFO or CONFIG (an ACL user without them, a managed service) is
 // described as far as the rest allows, with a warning naming what was not
 // verified and how to verify it by hand.
-func describe(ctx context.Context, c *redis.Client, name string) (*server, error) {
-	s := &server{name: name, save: "?"}
+func describe(ctx context.Context, c *redis.Client, name string) (*serverReport, error) {
+	s := &serverReport{name: name, save: "?"}
 	text, err := c.Info(ctx, "server", "replication", "persistence", "memory").Result()
 	switch {
 	case refused(err):
@@ -117,7 +124,7 @@ func reply(err error) string {
 
 // describePersistence sets s.persistence from AOF (INFO) and RDB (CONFIG)
 // and warns when there is none.
-func (s *server) describePersistence() {
+func (s *serverReport) describePersistence() {
 	aof := s.info["aof_enabled"] == "1"
 	switch {
 	case s.info == nil && s.save == "?":
@@ -138,7 +145,7 @@ func (s *server) describePersistence() {
 	}
 }
 
-func (s *server) print(w io.Writer) {
+func (s *serverReport) print(w io.Writer) {
 	in := s.info
 	if in == nil {
 		fmt.Fprintf(w, "%s: version, mode and role not verified (INFO refused)\n", s.name)

@@ -37,7 +37,7 @@ func TestServerPrint(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			s := &server{name: "h:1", info: tt.info, save: "", persistence: "none"}
+			s := &serverReport{name: "h:1", info: tt.info, save: "", persistence: "none"}
 			s.print(&b)
 			first, _, _ := bytes.Cut(b.Bytes(), []byte("\n"))
 			require.Equal(t, tt.want, string(first)+"\n")

@@ -4,16 +4,31 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
 )
+
+var _ = register("inspect", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
+	o := registerOperationFlags(fs)
+	jsonOut := fs.Bool("json", false, "print one JSON object")
+	return func(ctx context.Context, e *env) error { return inspect(ctx, e, o, *jsonOut) }, false
+})
+
+var _ = register("forget", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
+	o := registerOperationFlags(fs)
+	force := fs.Bool("force", false, "delete even while a live lease holds the operation (its holder loses it)")
+	yes := fs.Bool("yes", false, "really delete; without it, forget shows what it would delete and exits 1")
+	return func(ctx context.Context, e *env) error { return forget(ctx, e, o, *force, *yes) }, false
+})
 
 // inspection is the output of inspect -json: one object per operation.
 type inspection struct {
@@ -33,12 +48,12 @@ type inspection struct {
 	Created     *time.Time        `json:"created,omitempty"`
 	TTLMs       int64             `json:"ttl_ms,omitempty"`
 	Checkpoints map[string][]byte `json:"checkpoints,omitempty"` // values base64, as encoding/json writes []byte
-	Result      *result           `json:"result,omitempty"`
+	Result      *storedResult     `json:"result,omitempty"`
 	FoundWith   []string          `json:"found_with,omitempty"` // when absent: the flags under which the key has a record
 	Hint        string            `json:"hint,omitempty"`       // when absent: where to look instead
 }
 
-type result struct {
+type storedResult struct {
 	Type    string              `json:"type"`
 	Status  int                 `json:"status,omitempty"`
 	Headers map[string][]string `json:"headers,omitempty"`
@@ -62,7 +77,7 @@ func newInspection(op operation, in *idem.Inspection) *inspection {
 	out.Fence, out.Owner, out.Fingerprint, out.Created = r.Fence, r.Owner, r.Fingerprint, &created
 	out.TTLMs, out.LeaseTTLMs, out.Checkpoints = r.TTL.Milliseconds(), r.LeaseTTL.Milliseconds(), r.Checkpoints
 	if res := in.Result; res != nil {
-		out.Result = &result{Type: res.Type, Status: res.Status, Headers: res.Header, Size: res.Size, Error: res.Error}
+		out.Result = &storedResult{Type: res.Type, Status: res.Status, Headers: res.Header, Size: res.Size, Error: res.Error}
 	}
 	return out
 }
@@ -140,7 +155,7 @@ func printInspection(w io.Writer, in *inspection, now time.Time) {
 	}
 }
 
-func printResult(row func(name, format string, args ...any), r *result) {
+func printResult(row func(name, format string, args ...any), r *storedResult) {
 	switch r.Type {
 	case "response":
 		row("result", "HTTP response %d, body %d B", r.Status, r.Size)
@@ -220,4 +235,68 @@ func forget(ctx context.Context, e *env, flags *operationFlags, force, yes bool)
 func refusal(leaseMs int64) error {
 	return fmt.Errorf("refused: a live lease holds the operation for %v more (an attempt is running); "+
 		"wait for it, or pass -force if its holder is dead (a retry may then run alongside it)", ms(leaseMs))
+}
+
+// elsewhere looks up an absent operation's key under the other kinds (do,
+// once, and http without a scope) and returns the flags that find a record,
+// and a hint for people: where the key was found, or that a -scope may be
+// missing. It reads only when the operation is absent and not held.
+func elsewhere(ctx context.Context, op operation, out *inspection) error {
+	if out.State != "absent" || out.Held {
+		return nil
+	}
+	for _, alt := range op.alternatives() {
+		in, err := alt.store.Inspect(ctx, alt.id)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", alt.recordKey(), err)
+		}
+		if in.Record != nil || in.Held() {
+			out.FoundWith = append(out.FoundWith, alt.flags())
+		}
+	}
+	out.Hint = hint(op, out.FoundWith)
+	return nil
+}
+
+// alternatives returns the same key under the other kinds: do, once, and
+// http without a scope, leaving out op itself. A quoted key is unquoted for
+// http, as the middleware reads it.
+func (op operation) alternatives() []operation {
+	var alts []operation
+	for _, kind := range []idem.Kind{idem.KindDo, idem.KindOnce, idem.KindHTTP} {
+		if kind == op.kind && (kind != idem.KindHTTP || op.scope == "") {
+			continue
+		}
+		key := op.key
+		if kind == idem.KindHTTP && op.kind != idem.KindHTTP && strings.HasPrefix(key, `"`) {
+			if k, ok := unquote(key); ok {
+				key = k
+			}
+		}
+		alts = append(alts, operation{kind: kind, key: key, id: idem.OperationID(kind, "", key), store: op.store})
+	}
+	return alts
+}
+
+// flags returns the command-line flags that name op's kind and scope.
+func (op operation) flags() string {
+	if op.scope != "" {
+		return fmt.Sprintf("-kind %s -scope %q", op.kind, op.scope)
+	}
+	return "-kind " + op.kind.String()
+}
+
+// hint says where an absent operation's key was found, or why it may not
+// have been.
+func hint(op operation, found []string) string {
+	if len(found) > 0 {
+		return fmt.Sprintf("no %s record for this key; found one with %s: idem inspect %s KEY",
+			op.kind, strings.Join(found, ", "), found[0])
+	}
+	if op.kind == idem.KindHTTP && op.scope != "" {
+		return "no record for this key under -kind do, once or http without -scope; " +
+			"check -scope: it must be what WithScope returns for the request"
+	}
+	return "no record for this key under -kind do, once or http (without -scope); " +
+		"if the middleware uses WithScope, pass -kind http -scope SCOPE (what WithScope returns for the request)"
 }

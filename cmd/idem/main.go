@@ -214,37 +214,30 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 	return err
 }
 
+// A commandSpec makes a command: it registers the command's own flags on
+// fs and returns how to run it, and whether it runs longer than -timeout
+// (which then bounds each of its steps instead).
+type commandSpec func(fs *flag.FlagSet) (run func(ctx context.Context, e *env) error, long bool)
+
+// commandSpecs holds the commands by name; each command's file registers
+// its own.
+var commandSpecs = map[string]commandSpec{}
+
+// register adds the command called name.
+func register(name string, spec commandSpec) bool {
+	commandSpecs[name] = spec
+	return true
+}
+
 // commands returns the command called name, with its flags registered.
 func commands(name string, common *commonFlags) (*command, bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	common.register(fs)
-	var run func(ctx context.Context, e *env) error
-	long := false
-	switch name {
-	case "inspect":
-		o := registerOperationFlags(fs)
-		jsonOut := fs.Bool("json", false, "print one JSON object")
-		run = func(ctx context.Context, e *env) error { return inspect(ctx, e, o, *jsonOut) }
-	case "forget":
-		o := registerOperationFlags(fs)
-		force := fs.Bool("force", false, "delete even while a live lease holds the operation (its holder loses it)")
-		yes := fs.Bool("yes", false, "really delete; without it, forget shows what it would delete and exits 1")
-		run = func(ctx context.Context, e *env) error { return forget(ctx, e, o, *force, *yes) }
-	case "scan":
-		prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix)")
-		sample := fs.Int("sample", 1000, "records to sample; 0 scans every record")
-		jsonOut := fs.Bool("json", false, "print one JSON object")
-		run = func(ctx context.Context, e *env) error { return scan(ctx, e, *prefix, *sample, *jsonOut) }
-	case "check":
-		prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix), whose keys and channels are probed")
-		strict := fs.Bool("strict", false, "exit 1 on warnings too")
-		run = func(ctx context.Context, e *env) error { return check(ctx, e, *prefix, *strict) }
-	case "verify":
-		v := registerVerifyFlags(fs)
-		run, long = func(ctx context.Context, e *env) error { return verifyCmd(ctx, e, v) }, true
-	default:
+	spec, ok := commandSpecs[name]
+	if !ok {
 		return nil, false
 	}
+	run, long := spec(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage of idem %s:\n", name)
 		fs.PrintDefaults()

@@ -102,13 +102,13 @@ func TestInspectCommand(t *testing.T) {
 	in := inspectJSON(t, append(flags, "paid")...)
 	require.Equal(t, "completed", in.State)
 	require.Equal(t, int64(1), in.Fence)
-	require.Equal(t, &result{Type: "string", Size: len("receipt-1")}, in.Result)
+	require.Equal(t, &storedResult{Type: "string", Size: len("receipt-1")}, in.Result)
 	require.WithinDuration(t, time.Now(), *in.Created, 5*time.Second)
 	require.InDelta(t, (24 * time.Hour).Milliseconds(), in.TTLMs, 5000)
 
 	in = inspectJSON(t, append(flags, "-kind", "http", "-scope", "tenant-1", "k-http")...)
 	require.Equal(t, "completed", in.State)
-	require.Equal(t, &result{Type: "response", Status: 201, Size: len(`{"id":42}`),
+	require.Equal(t, &storedResult{Type: "response", Status: 201, Size: len(`{"id":42}`),
 		Headers: map[string][]string{"Content-Type": {"application/json"}, "Location": {"/payments/42"}}}, in.Result)
 
 	quoted := inspectJSON(t, append(flags, "-kind", "http", "-scope", "tenant-1", `"k-http"`)...)

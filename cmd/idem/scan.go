@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -15,6 +16,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+var _ = register("scan", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
+	prefix := fs.String("prefix", "idem", "key `prefix` of the store (idem.WithPrefix)")
+	sample := fs.Int("sample", 1000, "records to sample; 0 scans every record")
+	jsonOut := fs.Bool("json", false, "print one JSON object")
+	return func(ctx context.Context, e *env) error { return scan(ctx, e, *prefix, *sample, *jsonOut) }, false
+})
 
 // scanCount is the COUNT hint of each SCAN call: keys the server examines
 // per call, small enough not to stall it.

@@ -16,8 +16,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/verify"
+	"github.com/idemkit/idem/idemtest/verify"
 )
+
+var _ = register("verify", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
+	v := registerVerifyFlags(fs)
+	return func(ctx context.Context, e *env) error { return verifyCmd(ctx, e, v) }, true
+})
 
 // The workload's timing: a lease short enough that a key abandoned by a
 // failed write is free again soon, and a wait for concurrent duplicates.
@@ -102,8 +107,8 @@ func verifyCmd(ctx context.Context, e *env, f *verifyFlags) error {
 	h := verify.NewHistory()
 	w := r.workload(store)
 	r.run(ctx, w, h, store)
-	r.limits(ctx, h, before)
-	r.cleanup()
+	limits(ctx, e, r.timeout, h, before, f.replicaAck > 0)
+	cleanup(e, r.prefix, r.timeout, f.duration+time.Minute, r.out)
 	rep := verify.Check(h)
 	r.print(rep, w, h)
 	if ctx.Err() != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -10,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/idemtest/verify"
 	"github.com/idemkit/idem/internal/redisinfo"
-	"github.com/idemkit/idem/internal/verify"
 )
 
 // serverState is what verify compares before and after its run to name
@@ -47,10 +48,12 @@ func readState(ctx context.Context, e *env) serverState {
 
 // limits records, as faults over the whole run, the documented limits the
 // server ran into meanwhile, so that the violations they caused say so.
-func (r *verifyRun) limits(ctx context.Context, h *verify.History, before serverState) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+// A store without replica acknowledgements may lose writes in a failover
+// as well.
+func limits(ctx context.Context, e *env, timeout time.Duration, h *verify.History, before serverState, acked bool) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	after := readState(cctx, r.e)
+	after := readState(cctx, e)
 	end := h.Now()
 	if n := after.evicted - before.evicted; n > 0 {
 		h.AddFault(verify.Fault{
@@ -61,7 +64,7 @@ func (r *verifyRun) limits(ctx context.Context, h *verify.History, before server
 	for name, id := range before.runIDs {
 		if now, ok := after.runIDs[name]; ok && now != id {
 			limit := verify.LimitRestart
-			if r.f.replicaAck == 0 {
+			if !acked {
 				limit = verify.LimitRestart + ", or " + verify.LimitFailover
 			}
 			h.AddFault(verify.Fault{
@@ -88,16 +91,17 @@ func policies(st serverState) string {
 	return out
 }
 
-// cleanup deletes every key under the run's prefix, also after an
-// interruption, and says how many it deleted.
-func (r *verifyRun) cleanup() {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+// cleanup deletes every key under prefix, also after an interruption, and
+// says on out how many it deleted; keys it could not delete expire within
+// expiry.
+func cleanup(e *env, prefix string, timeout, expiry time.Duration, out io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var deleted atomic.Int64
-	err := forEachServer(ctx, r.e, func(ctx context.Context, c *redis.Client, _ string) error {
+	err := forEachServer(ctx, e, func(ctx context.Context, c *redis.Client, _ string) error {
 		var cursor uint64
 		for {
-			keys, next, err := c.Scan(ctx, cursor, r.prefix+":*", scanCount).Result()
+			keys, next, err := c.Scan(ctx, cursor, prefix+":*", scanCount).Result()
 			if err != nil {
 				return err
 			}
@@ -123,9 +127,9 @@ func (r *verifyRun) cleanup() {
 		}
 	})
 	if err != nil {
-		fmt.Fprintf(r.e.stderr, "idem verify: cleanup of %s:* incomplete (its keys expire within %v): %v\n",
-			r.prefix, r.f.duration+time.Minute, err)
+		fmt.Fprintf(e.stderr, "idem verify: cleanup of %s:* incomplete (its keys expire within %v): %v\n",
+			prefix, expiry, err)
 		return
 	}
-	fmt.Fprintf(r.out, "cleanup: deleted %d keys under %s:*\n", deleted.Load(), r.prefix)
+	fmt.Fprintf(out, "cleanup: deleted %d keys under %s:*\n", deleted.Load(), prefix)
 }
