@@ -63,7 +63,9 @@ func TestWithoutPublish(t *testing.T) {
 			require.NotContains(t, l, "SPUBLISH")
 		}
 	}
-	require.Equal(t, strings.Count(string(src), "\n")-3, strings.Count(out, "\n"), "the if, the SPUBLISH and the end")
+	require.Equal(t, strings.Count(string(src), "\n")-6, strings.Count(out, "\n"),
+		"the if, the SPUBLISH, the check of its reply and the two ends")
+	require.True(t, strings.HasSuffix(out, "\nreturn 1\n"), "the script still ends with its reply")
 	_, err = withoutPublish("return 1\n")
 	require.Error(t, err)
 }

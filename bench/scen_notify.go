@@ -247,8 +247,9 @@ func (r *notifyRig) once(ctx context.Context, key string, hold time.Duration) (t
 const completeScriptPath = "../lua/complete.lua"
 
 // withoutPublish returns complete.lua's text without its notification: the
-// `if … REDIS_VERSION_NUM … then / SPUBLISH / end` block (or a bare SPUBLISH
-// line) removed, comments left as they are.
+// `if … REDIS_VERSION_NUM … then` block that holds the SPUBLISH (up to its
+// matching `end`), or a bare SPUBLISH line, removed; comments left as they
+// are.
 func withoutPublish(src string) (string, error) {
 	lines := strings.SplitAfter(src, "\n")
 	var out []string
@@ -259,11 +260,12 @@ func withoutPublish(src string) (string, error) {
 			out = append(out, lines[i])
 			continue
 		}
-		if strings.HasPrefix(l, "if ") && strings.Contains(l, "REDIS_VERSION_NUM") && i+2 < len(lines) &&
-			strings.Contains(lines[i+1], "SPUBLISH") && strings.TrimSpace(lines[i+2]) == "end" {
-			i += 2
-			removed++
-			continue
+		if strings.HasPrefix(l, "if ") && strings.Contains(l, "REDIS_VERSION_NUM") {
+			if end := blockEnd(lines, i); end > i && strings.Contains(strings.Join(lines[i:end+1], ""), "SPUBLISH") {
+				i = end
+				removed++
+				continue
+			}
 		}
 		if strings.Contains(l, "SPUBLISH") {
 			removed++
@@ -275,6 +277,26 @@ func withoutPublish(src string) (string, error) {
 		return "", errors.New("no SPUBLISH in " + completeScriptPath)
 	}
 	return strings.Join(out, ""), nil
+}
+
+// blockEnd returns the index of the `end` that closes the `if … then` opened
+// on lines[start], or -1. Nested blocks are the `if … then` and `end` lines
+// of the script's own style, one per line.
+func blockEnd(lines []string, start int) int {
+	depth := 0
+	for i := start; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		switch {
+		case strings.HasPrefix(l, "if ") && strings.HasSuffix(l, "then"):
+			depth++
+		case l == "end":
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // cpuVariants returns two fresh-operation variants that differ only in the
