@@ -204,7 +204,7 @@ func looksRandom(p []byte) bool {
 }
 
 // maxInflated bounds a decompressed payload, against a corrupted record.
-const maxInflated = 64 << 20
+var maxInflated = 64 << 20 // a variable for its test only
 
 // decodePayload undoes encodePayload.
 func decodePayload(v string) ([]byte, error) {
@@ -217,7 +217,7 @@ func decodePayload(v string) ([]byte, error) {
 	case formatDeflate:
 		r := flate.NewReader(strings.NewReader(v[1:]))
 		defer r.Close()
-		p, err := io.ReadAll(io.LimitReader(r, maxInflated+1))
+		p, err := io.ReadAll(io.LimitReader(r, int64(maxInflated)+1))
 		if err != nil || len(p) > maxInflated {
 			return nil, fmt.Errorf("idem: unreadable record: bad compressed payload: %v", err)
 		}

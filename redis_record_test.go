@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/rand"
 	"strconv"
@@ -205,4 +207,29 @@ func TestCreatedArg(t *testing.T) {
 	// The box is shared within a second (AllocsPerRun rounds the one
 	// allocation of a second that begins during the runs down to 0).
 	require.Zero(t, testing.AllocsPerRun(10, func() { _ = createdArg() }))
+}
+
+// TestInspectBoundsDecompression: a record whose payload inflates past
+// maxInflated is refused by Inspect and by a replay, with a bounded read.
+// The bound is lowered for the test, so that it inflates 3 MiB, not 65.
+func TestInspectBoundsDecompression(t *testing.T) {
+	require.Equal(t, 64<<20, maxInflated)
+	defer func(n int) { maxInflated = n }(maxInflated)
+	maxInflated = 2 << 20
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	s := NewRedisStore(c)
+	var bomb bytes.Buffer
+	w, _ := flate.NewWriter(&bomb, flate.BestSpeed)
+	_, _ = w.Write(make([]byte, maxInflated+1<<20))
+	require.NoError(t, w.Close())
+	id := OperationID(KindDo, "", "bomb")
+	rec, _ := s.Keys(id)
+	require.NoError(t, c.Set(ctx, rec, "1C|1|o|fp|0|z"+bomb.String(), time.Hour).Err())
+	_, err := s.Inspect(ctx, id)
+	require.ErrorContains(t, err, "bad compressed payload")
+	res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "o2", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour})
+	require.ErrorContains(t, err, "bad compressed payload", "a replay of it is refused too: %+v", res)
 }
