@@ -49,11 +49,15 @@ func TestFailoverLostWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a Sentinel failover under load takes about ten seconds")
 	}
+	// The two runs have servers of their own and spend most of their time
+	// waiting for Sentinel: they run side by side.
 	t.Run("no acks", func(t *testing.T) {
+		t.Parallel()
 		fig := runFailover(t)
 		t.Logf("without replica acks: %v", fig)
 	})
 	t.Run("replica ack", func(t *testing.T) {
+		t.Parallel()
 		fig := runFailover(t, idem.WithReplicaAck(1, 500*time.Millisecond))
 		t.Logf("with WithReplicaAck(1, 500ms): %v", fig)
 		require.Zero(t, fig.duplicates, "duplicated effects with replica acks: %v", fig)
