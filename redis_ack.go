@@ -47,14 +47,19 @@ func (s *RedisStore) eval(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, a
 	return s.evalAcked(ctx, c)
 }
 
-// run runs the call alone, without WAIT; a NOSCRIPT reply sends the script
-// again with EVAL.
+// run runs the call alone, without WAIT, on the client or its
+// auto-pipeliner (WithAutoPipeline); a NOSCRIPT reply sends the script again
+// with EVAL.
 func (s *RedisStore) run(ctx context.Context, c *scriptCall) *redis.Cmd {
+	p, counted := s.sender(c.script)
+	if counted {
+		defer s.sent()
+	}
 	cmd := c.cmd(ctx, false)
-	_ = s.c.Process(ctx, cmd)
+	_ = p.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = c.cmd(ctx, true)
-		_ = s.c.Process(ctx, cmd)
+		_ = p.Process(ctx, cmd)
 	}
 	return cmd
 }

@@ -9,11 +9,20 @@ import (
 // luaScript is a Lua script of the store, run by its SHA1 digest (EVALSHA)
 // and loaded by EVAL when the server does not know it yet.
 type luaScript struct {
-	src, sha any // boxed once: every command refers to them
+	src, sha any  // boxed once: every command refers to them
+	direct   bool // never auto-pipelined (WithAutoPipeline)
 }
 
 func newScript(src string) *luaScript {
 	return &luaScript{src: src, sha: redis.NewScript(src).Hash()}
+}
+
+// newDirectScript returns a script that is sent directly on the client even
+// with WithAutoPipeline: lease renewals, which must not wait behind a batch.
+func newDirectScript(src string) *luaScript {
+	l := newScript(src)
+	l.direct = true
+	return l
 }
 
 // scriptCall is one run of a store script: the arguments of its EVALSHA

@@ -30,7 +30,7 @@ var (
 	releaseLua string
 
 	claimScript      = newScript(claimLua)
-	heartbeatScript  = newScript(heartbeatLua)
+	heartbeatScript  = newDirectScript(heartbeatLua)
 	checkpointScript = newScript(checkpointLua)
 	completeScript   = newScript(completeLua)
 	releaseScript    = newScript(releaseLua)
@@ -52,8 +52,10 @@ type RedisStore struct {
 	ackWait       time.Duration
 	compressAbove int
 	log           *slog.Logger
-	bad           error    // a client the store cannot work with
-	errs          []string // malformed options, for NewRedisStore's panic
+	bad           error     // a client the store cannot work with
+	autoPipe      bool      // WithAutoPipeline
+	pipe          *pipeline // the client's auto-pipeliner, with WithAutoPipeline
+	errs          []string  // malformed options, for NewRedisStore's panic
 
 	watchable    atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
 	warnedNotify atomic.Bool            // notifyRefused has logged
@@ -117,6 +119,12 @@ func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 			o(s)
 		}
 	}
+	if s.autoPipe {
+		var err error
+		if s.pipe, err = newPipeline(c); err != nil {
+			s.errs = append(s.errs, err.Error())
+		}
+	}
 	if len(s.errs) > 0 {
 		panic("idem: NewRedisStore: " + strings.Join(s.errs, "; "))
 	}
@@ -146,9 +154,10 @@ func (s *RedisStore) usable() error {
 }
 
 // honoursDeadlines reports whether the store's calls return by their
-// context's deadline: go-redis's ContextTimeoutEnabled.
+// context's deadline: go-redis's ContextTimeoutEnabled, without an
+// auto-pipeliner, which does not abandon a queued command.
 func (s *RedisStore) honoursDeadlines() bool {
-	if s == nil {
+	if s == nil || s.pipe != nil {
 		return false
 	}
 	switch c := s.c.(type) {

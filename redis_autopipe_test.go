@@ -1,0 +1,354 @@
+//go:build unix
+
+package idem
+
+// WithAutoPipeline on a real redis-server and a real cluster: what rides
+// the auto-pipeliner, what does not, and that duplicates still run once.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemkit/idem/internal/redistest"
+)
+
+// PipelineEveryCall makes every later call of s that may ride the
+// auto-pipeliner ride it, lone calls too, as though another call were
+// always in flight. For tests of package idem_test.
+func PipelineEveryCall(s *RedisStore) *RedisStore {
+	if s != nil && s.pipe != nil {
+		s.pipe.inFlight.Add(1)
+	}
+	return s
+}
+
+// pipeSpy counts, by a hook on the client, the store's scripts sent one by
+// one and sent in pipelines (the auto-pipeliner's batches; a lone batch is
+// a pipeline of one).
+type pipeSpy struct {
+	mu        sync.Mutex
+	direct    map[string]int // script name → commands sent alone
+	pipelined map[string]int // script name → commands sent in a pipeline
+	shared    int            // pipelines of two or more store scripts
+	evals     int            // scripts sent as EVAL, in pipelines
+}
+
+func newPipeSpy() *pipeSpy {
+	return &pipeSpy{direct: map[string]int{}, pipelined: map[string]int{}}
+}
+
+var scriptNames = map[any]string{
+	claimScript.sha: "claim", heartbeatScript.sha: "heartbeat", checkpointScript.sha: "checkpoint",
+	completeScript.sha: "complete", releaseScript.sha: "release",
+}
+
+// name returns the store script cmd runs, or "".
+func (p *pipeSpy) name(cmd redis.Cmder) string {
+	a := cmd.Args()
+	if len(a) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return ""
+	}
+	if cmd.Name() == "eval" {
+		for _, sc := range []*luaScript{claimScript, heartbeatScript, checkpointScript, completeScript, releaseScript} {
+			if a[1] == sc.src {
+				return scriptNames[sc.sha]
+			}
+		}
+	}
+	return scriptNames[a[1]]
+}
+
+func (p *pipeSpy) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pipeSpy) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := p.name(cmd); n != "" {
+			p.mu.Lock()
+			p.direct[n]++
+			p.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (p *pipeSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.mu.Lock()
+		scripts := 0
+		for _, cmd := range cmds {
+			if n := p.name(cmd); n != "" {
+				p.pipelined[n]++
+				scripts++
+				if cmd.Name() == "eval" {
+					p.evals++
+				}
+			}
+		}
+		if scripts > 1 {
+			p.shared++
+		}
+		p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (p *pipeSpy) counts() (direct, pipelined map[string]int, shared int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return clone(p.direct), clone(p.pipelined), p.shared
+}
+
+func (p *pipeSpy) evalCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.evals
+}
+
+func clone(m map[string]int) map[string]int {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// TestAutoPipelineClients: a client type the store cannot pipeline, or
+// invalid auto-pipeliner options, is refused at construction; a nil client
+// or a Ring fails closed as without the option.
+func TestAutoPipelineClients(t *testing.T) {
+	type wrapped struct{ *redis.Client }
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	require.PanicsWithValue(t,
+		"idem: NewRedisStore: WithAutoPipeline needs a *redis.Client or a *redis.ClusterClient, got idem.wrapped",
+		func() { NewRedisStore(wrapped{c}, WithAutoPipeline()) })
+
+	bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1",
+		AutoPipelineOptions: &redis.AutoPipelineOptions{MaxConcurrentBatches: 4}})
+	t.Cleanup(func() { _ = bad.Close() })
+	require.Panics(t, func() { NewRedisStore(bad, WithAutoPipeline()) })
+
+	ctx := context.Background()
+	for _, s := range []*RedisStore{
+		NewRedisStore(nil, WithAutoPipeline()),
+		NewRedisStore((*redis.Client)(nil), WithAutoPipeline()),
+		NewRedisStore(redis.NewRing(&redis.RingOptions{}), WithAutoPipeline()),
+	} {
+		_, err := s.Read(ctx, "x")
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+	}
+
+	// The Guard bounds writes by its own timer: a queued command does not
+	// return at its context's deadline.
+	ct := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ct.Close() })
+	require.True(t, NewRedisStore(ct).honoursDeadlines())
+	require.False(t, NewRedisStore(ct, WithAutoPipeline()).honoursDeadlines())
+}
+
+// TestAutoPipelineLoneCaller: one caller at a time sends every script
+// directly; no batch is ever formed.
+func TestAutoPipelineLoneCaller(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	spy := newPipeSpy()
+	c.AddHook(spy)
+	g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()), quietLog)
+	ctx := context.Background()
+	for i := range 20 {
+		_, err := Do(ctx, g, fmt.Sprint("k", i%10), nil, func(context.Context, *Attempt) (int, error) { return i, nil })
+		require.NoError(t, err)
+	}
+	direct, pipelined, _ := spy.counts()
+	require.Empty(t, pipelined)
+	// At least: another test may flush the shared server's scripts, and
+	// the EVAL that loads one again counts too.
+	require.GreaterOrEqual(t, direct["claim"], 20)
+	require.GreaterOrEqual(t, direct["complete"], 10)
+}
+
+// TestAutoPipelineDuplicates: 64 duplicates of one key and traffic on
+// other keys, all at once through one pipelined store, on a redis-server
+// and on a cluster: fn runs once per key, every duplicate gets its result,
+// and the scripts did share batches. Lease renewals never ride a batch.
+func TestAutoPipelineDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) (redis.UniversalClient, func(redis.Hook))
+	}{
+		{"redis-server", func(t *testing.T) (redis.UniversalClient, func(redis.Hook)) {
+			c := redistest.Shared(t).Client(t)
+			return c, c.AddHook
+		}},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, func(redis.Hook)) {
+			c := redistest.SharedCluster(t).Client(t)
+			return c, func(h redis.Hook) {
+				c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+				_ = c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error { n.AddHook(h); return nil })
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, addHook := tc.client(t)
+			spy := newPipeSpy()
+			addHook(spy)
+			// A lease short enough that the slow fns renew it.
+			g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()),
+				quietLog, WithLease(time.Second), WithWait(10*time.Second))
+			runs := runDuplicates(t, g, 8)
+			for k, n := range runs {
+				require.Equal(t, int32(1), n, "key %s", k)
+			}
+			direct, pipelined, shared := spy.counts()
+			require.Positive(t, shared, "no batch of two scripts or more: %v %v", direct, pipelined)
+			require.Zero(t, pipelined["heartbeat"], "a renewal rode a batch")
+			require.Positive(t, direct["heartbeat"], "the slow fns renewed their leases")
+		})
+	}
+}
+
+// runDuplicates calls Do on keys keys at once, from 64 goroutines on the
+// first and 8 on each other, with fns that outlive a heartbeat on every
+// other key, and returns how often fn ran per key.
+func runDuplicates(t *testing.T, g *Guard, keys int) map[string]int32 {
+	t.Helper()
+	runs := make([]atomic.Int32, keys)
+	ctx := context.Background()
+	errs := make(chan error, 64+8*keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		dups := 8
+		if k == 0 {
+			dups = 64
+		}
+		for range dups {
+			wg.Go(func() {
+				v, err := Do(ctx, g, fmt.Sprint("dup-", k), nil, func(ctx context.Context, a *Attempt) (int, error) {
+					runs[k].Add(1)
+					if k%2 == 0 {
+						time.Sleep(450 * time.Millisecond) // past the first renewal (lease/3)
+					}
+					return k, nil
+				})
+				if err == nil && v != k {
+					err = fmt.Errorf("key %d: got %d", k, v)
+				}
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	out := map[string]int32{}
+	for k := range runs {
+		out[fmt.Sprint("dup-", k)] = runs[k].Load()
+	}
+	return out
+}
+
+// TestAutoPipelineScriptFlush: a server that lost its scripts answers the
+// pipelined EVALSHAs with NOSCRIPT; each is sent again with EVAL, through
+// the pipeliner, and every call succeeds.
+func TestAutoPipelineScriptFlush(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client(t) // its own: the test counts EVALs
+	spy := newPipeSpy()
+	c.AddHook(spy)
+	g := New(PipelineEveryCall(NewRedisStore(c, WithAutoPipeline())), quietLog)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Go(func() {
+			v, err := Do(ctx, g, fmt.Sprint("k", i), nil, func(context.Context, *Attempt) (int, error) { return i, nil })
+			if err == nil && v != i {
+				err = fmt.Errorf("got %d, want %d", v, i)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	direct, pipelined, _ := spy.counts()
+	require.Empty(t, direct)
+	require.GreaterOrEqual(t, pipelined["claim"], 17, "16 claims and an EVAL at least: %v", pipelined)
+	require.GreaterOrEqual(t, pipelined["complete"], 17, "16 completions and an EVAL at least: %v", pipelined)
+	require.GreaterOrEqual(t, spy.evalCount(), 2, "the scripts were loaded through the pipeliner")
+}
+
+// TestAutoPipelineReopens: an auto-pipeliner closed under the store (by
+// its owner, not by the client) is replaced at the next call.
+func TestAutoPipelineReopens(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	g := New(PipelineEveryCall(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline())), quietLog)
+	ctx := context.Background()
+	for i := range 3 {
+		v, err := Do(ctx, g, fmt.Sprint("k", i), nil, func(context.Context, *Attempt) (int, error) { return i, nil })
+		require.NoError(t, err)
+		require.Equal(t, i, v)
+		ap, err := c.AutoPipeline()
+		require.NoError(t, err)
+		require.NoError(t, ap.Close())
+	}
+}
+
+// TestAutoPipelineMiddlewareAndOnce: 64 duplicate HTTP requests and 64
+// duplicate messages through one pipelined store: one handler run, one
+// message processed, every duplicate answered alike.
+func TestAutoPipelineMiddlewareAndOnce(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()), quietLog, WithWait(5*time.Second))
+	var handled, processed atomic.Int32
+	h := g.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handled.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("charged"))
+	}))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 128)
+	for range 64 {
+		wg.Go(func() {
+			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
+			req.Header.Set("Idempotency-Key", "pay-1")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusCreated || rec.Body.String() != "charged" {
+				errs <- fmt.Errorf("got %d %q", rec.Code, rec.Body.String())
+			}
+		})
+		wg.Go(func() {
+			if _, err := g.Once(ctx, "msg-1", func(context.Context) error { processed.Add(1); return nil }); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int32(1), handled.Load())
+	require.Equal(t, int32(1), processed.Load())
+}
