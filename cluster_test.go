@@ -24,11 +24,13 @@ import (
 	"github.com/idemkit/idem/internal/redistest"
 )
 
-// clusterBackend is the shared cluster, a client and a key prefix of one test.
+// clusterBackend is the shared cluster, a client and a key prefix of one
+// test, and whether the test's stores auto-pipeline every call.
 type clusterBackend struct {
-	cluster *redistest.Cluster
-	client  *redis.ClusterClient
-	prefix  string
+	cluster   *redistest.Cluster
+	client    *redis.ClusterClient
+	prefix    string
+	pipelined bool
 }
 
 func newClusterBackend(t *testing.T) *clusterBackend {
@@ -37,8 +39,41 @@ func newClusterBackend(t *testing.T) *clusterBackend {
 	return &clusterBackend{cluster: cl, client: cl.Client(t), prefix: redistest.Prefix(t)}
 }
 
+// forEachClusterMode runs f, in parallel subtests, on a backend whose
+// stores send their calls as they are and on one whose stores auto-pipeline
+// every call that may be (WithAutoPipeline).
+func forEachClusterMode(t *testing.T, f func(t *testing.T, b *clusterBackend)) {
+	t.Helper()
+	for _, pipelined := range []bool{false, true} {
+		name := "plain"
+		if pipelined {
+			name = "auto-pipelined"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := newClusterBackend(t)
+			b.pipelined = pipelined
+			f(t, b)
+		})
+	}
+}
+
+// store returns a store on c (the backend's client when nil) with the
+// backend's mode and opts.
+func (b *clusterBackend) store(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
+	if c == nil {
+		c = b.client
+	}
+	opts = append([]RedisOption{WithPrefix(b.prefix)}, opts...)
+	if !b.pipelined {
+		return NewRedisStore(c, opts...)
+	}
+	return PipelineEveryCall(NewRedisStore(c, append(opts, WithAutoPipeline())...))
+}
+
 func (b *clusterBackend) guard(opts ...Option) (*Guard, *RedisStore) {
-	return faultGuard(b.client, b.prefix, opts...)
+	s := b.store(nil)
+	return New(s, append([]Option{quietLog}, opts...)...), s
 }
 
 func (b *clusterBackend) recordKey(id string) string {
@@ -180,7 +215,10 @@ func btoi(b bool) int {
 // its result.
 func TestClusterConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
-	b := newClusterBackend(t)
+	forEachClusterMode(t, testClusterConcurrentDuplicates)
+}
+
+func testClusterConcurrentDuplicates(t *testing.T, b *clusterBackend) {
 	g, _ := b.guard(WithLease(time.Second), WithWait(5*time.Second))
 	const keys, callers = 8, 32
 	var effects [keys]atomic.Int32
@@ -220,7 +258,10 @@ func TestClusterConcurrentDuplicates(t *testing.T) {
 // over with Fence 2 and the dead holder's checkpoints.
 func TestClusterTakeover(t *testing.T) {
 	t.Parallel()
-	b := newClusterBackend(t)
+	forEachClusterMode(t, testClusterTakeover)
+}
+
+func testClusterTakeover(t *testing.T, b *clusterBackend) {
 	const lease = time.Second // room for 24 claims on a loaded machine
 	g, store := b.guard(WithLease(lease))
 	ctx := context.Background()
@@ -271,27 +312,32 @@ func TestClusterDroppedReply(t *testing.T) {
 	t.Parallel()
 	for _, script := range []struct{ name, src string }{{"claim", claimLua}, {"complete", completeLua}} {
 		t.Run(script.name, func(t *testing.T) {
-			b := newClusterBackend(t)
-			d := redistest.NewReplyDropper(redistest.MatchScript(script.src), 1)
-			opts := b.cluster.Options()
-			opts.Dialer = d.Dial
-			c := redis.NewClusterClient(opts)
-			t.Cleanup(func() { _ = c.Close() })
-			g, _ := faultGuard(c, b.prefix, WithLease(time.Second))
-			ctx := context.Background()
-			runs := 0
-			for range 2 {
-				v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
-					runs++
-					return fmt.Sprintf("fence %d", a.Fence), nil
-				})
-				require.NoError(t, err)
-				require.Equal(t, "fence 1", v)
-			}
-			require.Equal(t, 1, runs)
-			require.Equal(t, 1, d.Dropped())
+			forEachClusterMode(t, func(t *testing.T, b *clusterBackend) {
+				testClusterDroppedReply(t, b, script.src)
+			})
 		})
 	}
+}
+
+func testClusterDroppedReply(t *testing.T, b *clusterBackend, src string) {
+	d := redistest.NewReplyDropper(redistest.MatchScript(src), 1)
+	opts := b.cluster.Options()
+	opts.Dialer = d.Dial
+	c := redis.NewClusterClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	g := New(b.store(c), quietLog, WithLease(time.Second))
+	ctx := context.Background()
+	runs := 0
+	for range 2 {
+		v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+			runs++
+			return fmt.Sprintf("fence %d", a.Fence), nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, "fence 1", v)
+	}
+	require.Equal(t, 1, runs)
+	require.Equal(t, 1, d.Dropped())
 }
 
 // TestClusterReplicaAck: with replica acks, each script and its WAIT go to
@@ -300,8 +346,11 @@ func TestClusterDroppedReply(t *testing.T) {
 // a script sent to another node would fail with MOVED) and released.
 func TestClusterReplicaAck(t *testing.T) {
 	t.Parallel()
-	b := newClusterBackend(t)
-	s := NewRedisStore(b.client, WithPrefix(b.prefix), WithReplicaAck(1, 20*time.Millisecond))
+	forEachClusterMode(t, testClusterReplicaAck)
+}
+
+func testClusterReplicaAck(t *testing.T, b *clusterBackend) {
+	s := b.store(nil, WithReplicaAck(1, 20*time.Millisecond))
 	g := New(s, quietLog)
 	ctx := context.Background()
 	slots := map[int]bool{}

@@ -63,6 +63,12 @@ func TestFailoverLostWrites(t *testing.T) {
 		require.Zero(t, fig.duplicates, "duplicated effects with replica acks: %v", fig)
 		require.Zero(t, fig.lost, "lost results with replica acks: %v", fig)
 	})
+	t.Run("replica ack, auto-pipelined", func(t *testing.T) {
+		fig := runFailover(t, idem.WithReplicaAck(1, 500*time.Millisecond), idem.WithAutoPipeline())
+		t.Logf("with WithReplicaAck(1, 500ms) and WithAutoPipeline: %v", fig)
+		require.Zero(t, fig.duplicates, "duplicated effects with replica acks: %v", fig)
+		require.Zero(t, fig.lost, "lost results with replica acks: %v", fig)
+	})
 }
 
 // foFigures is what one run measured.

@@ -464,58 +464,68 @@ func TestFaultDroppedReply(t *testing.T) {
 		{name: "release", script: releaseLua},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Shared(t)
-			d := redistest.NewReplyDropper(redistest.MatchScript(tt.script), 1)
-			opts := srv.Options()
-			opts.Dialer = d.Dial
-			opts.MaxRetries = 3
-			c := redis.NewClient(opts)
-			t.Cleanup(func() { _ = c.Close() })
-			const lease = 300 * time.Millisecond
-			g, store := faultGuard(c, redistest.Prefix(t), WithLease(lease))
-			ctx := context.Background()
-			req := faultReq{Amount: 3}
-
-			var runs atomic.Int32
-			fn := func(ctx context.Context, a *Attempt) (string, error) {
-				n := runs.Add(1)
-				require.NoError(t, a.Checkpoint(ctx, "step", []byte("charged")))
-				time.Sleep(lease / 2) // one heartbeat, at lease/3
-				require.NoError(t, context.Cause(ctx), "the lease was lost")
-				if tt.name == "release" && n == 1 {
-					return "", errors.New("transient") // released
+		for _, pipelined := range []bool{false, true} {
+			name := tt.name
+			if pipelined {
+				name += "/auto-pipelined"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				srv := redistest.Shared(t)
+				d := redistest.NewReplyDropper(redistest.MatchScript(tt.script), 1)
+				opts := srv.Options()
+				opts.Dialer = d.Dial
+				opts.MaxRetries = 3
+				c := redis.NewClient(opts)
+				t.Cleanup(func() { _ = c.Close() })
+				const lease = 300 * time.Millisecond
+				g, store := faultGuard(c, redistest.Prefix(t), WithLease(lease))
+				if pipelined {
+					store = PipelineEveryCall(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()))
+					g = New(store, quietLog, WithLease(lease))
 				}
-				return fmt.Sprintf("done at fence %d", a.Fence), nil
-			}
-			v, err := Do(ctx, g, "k", req, fn)
-			if tt.name == "release" {
-				require.EqualError(t, err, "transient")
-				require.Equal(t, 1, d.Dropped(), "the release reply was dropped")
-				// The re-sent release must not fail: the key is free at once.
-				v, err = Do(ctx, g, "k", req, fn)
-				require.NoError(t, err)
-				require.Equal(t, "done at fence 2", v)
-				require.Equal(t, int32(2), runs.Load())
-			} else {
-				require.NoError(t, err)
-				require.Equal(t, "done at fence 1", v, "a re-sent claim must not count as a takeover")
-				require.Equal(t, int32(1), runs.Load())
-				require.Equal(t, 1, d.Dropped(), "the %s reply was dropped", tt.name)
-			}
+				ctx := context.Background()
+				req := faultReq{Amount: 3}
 
-			v2, err := Do(ctx, g, "k", req, func(context.Context, *Attempt) (string, error) {
-				t.Error("a completed key ran again")
-				return "", nil
+				var runs atomic.Int32
+				fn := func(ctx context.Context, a *Attempt) (string, error) {
+					n := runs.Add(1)
+					require.NoError(t, a.Checkpoint(ctx, "step", []byte("charged")))
+					time.Sleep(lease / 2) // one heartbeat, at lease/3
+					require.NoError(t, context.Cause(ctx), "the lease was lost")
+					if tt.name == "release" && n == 1 {
+						return "", errors.New("transient") // released
+					}
+					return fmt.Sprintf("done at fence %d", a.Fence), nil
+				}
+				v, err := Do(ctx, g, "k", req, fn)
+				if tt.name == "release" {
+					require.EqualError(t, err, "transient")
+					require.Equal(t, 1, d.Dropped(), "the release reply was dropped")
+					// The re-sent release must not fail: the key is free at once.
+					v, err = Do(ctx, g, "k", req, fn)
+					require.NoError(t, err)
+					require.Equal(t, "done at fence 2", v)
+					require.Equal(t, int32(2), runs.Load())
+				} else {
+					require.NoError(t, err)
+					require.Equal(t, "done at fence 1", v, "a re-sent claim must not count as a takeover")
+					require.Equal(t, int32(1), runs.Load())
+					require.Equal(t, 1, d.Dropped(), "the %s reply was dropped", tt.name)
+				}
+
+				v2, err := Do(ctx, g, "k", req, func(context.Context, *Attempt) (string, error) {
+					t.Error("a completed key ran again")
+					return "", nil
+				})
+				require.NoError(t, err)
+				require.Equal(t, v, v2)
+				rec, err := store.Read(ctx, opID("k"))
+				require.NoError(t, err)
+				require.Equal(t, idemstore.StateCompleted, rec.State)
+				require.Zero(t, rec.LeaseTTL, "completion drops the lease")
 			})
-			require.NoError(t, err)
-			require.Equal(t, v, v2)
-			rec, err := store.Read(ctx, opID("k"))
-			require.NoError(t, err)
-			require.Equal(t, idemstore.StateCompleted, rec.State)
-			require.Zero(t, rec.LeaseTTL, "completion drops the lease")
-		})
+		}
 	}
 }
 

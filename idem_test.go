@@ -30,10 +30,17 @@ type backend struct {
 	prefix  string
 	advance func(time.Duration) // moves the server's clock forward
 	mr      *miniredis.Miniredis
+	// pipelined: every store call that may ride the client's
+	// auto-pipeliner rides it (WithAutoPipeline).
+	pipelined bool
 }
 
 func (b *backend) store(opts ...idem.RedisOption) *idem.RedisStore {
-	return idem.NewRedisStore(b.client, append([]idem.RedisOption{idem.WithPrefix(b.prefix)}, opts...)...)
+	opts = append([]idem.RedisOption{idem.WithPrefix(b.prefix)}, opts...)
+	if b.pipelined {
+		return idem.PipelineEveryCall(idem.NewRedisStore(b.client, append(opts, idem.WithAutoPipeline())...))
+	}
+	return idem.NewRedisStore(b.client, opts...)
 }
 
 func (b *backend) guard(t *testing.T, opts ...idem.Option) *idem.Guard {
@@ -44,8 +51,9 @@ func (b *backend) guard(t *testing.T, opts ...idem.Option) *idem.Guard {
 // quiet discards the engine's log: tests that read it set their own logger.
 var quiet = idem.WithLogger(slog.New(slog.DiscardHandler))
 
-// forEachBackend runs f on miniredis and on a real redis-server; the latter
-// skips when redis-server is not installed.
+// forEachBackend runs f on miniredis and on a real redis-server, there
+// also with the store's calls auto-pipelined; the latter skip when
+// redis-server is not installed.
 func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
@@ -57,6 +65,10 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 	t.Run("redis-server", func(t *testing.T) {
 		srv := redistest.Shared(t)
 		f(t, &backend{client: srv.Client(t), prefix: redistest.Prefix(t), advance: time.Sleep})
+	})
+	t.Run("redis-server-autopipe", func(t *testing.T) {
+		srv := redistest.Shared(t)
+		f(t, &backend{client: srv.Client(t), prefix: redistest.Prefix(t), advance: time.Sleep, pipelined: true})
 	})
 }
 

@@ -51,15 +51,18 @@ func (s *RedisStore) eval(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, a
 // auto-pipeliner (WithAutoPipeline); a NOSCRIPT reply sends the script again
 // with EVAL.
 func (s *RedisStore) run(ctx context.Context, c *scriptCall) *redis.Cmd {
-	p, counted := s.sender(c.script)
+	ap, counted, err := s.sender(c.script)
 	if counted {
 		defer s.sent()
 	}
-	cmd := c.cmd(ctx, false)
-	_ = p.Process(ctx, cmd)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	cmd := s.send(ctx, ap, c.cmd(ctx, false))
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = c.cmd(ctx, true)
-		_ = p.Process(ctx, cmd)
+		cmd = s.send(ctx, ap, c.cmd(ctx, true))
 	}
 	return cmd
 }

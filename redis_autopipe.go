@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -24,13 +25,15 @@ import (
 // connection it runs on. Waiters, Check, Inspect and Forget use the client
 // as before.
 //
-// A command handed to the pipeliner is not abandoned at its context's
-// deadline: the client's ReadTimeout and WriteTimeout bound it. The lease
-// is measured from before the command is handed over, as without the option,
-// so a late batch shortens the holder's lease and never lengthens it.
+// A call waits for its batch until its context ends, as a call on the client
+// does with ContextTimeoutEnabled, whatever the client's setting; a command
+// already handed over may still run. The lease is measured from before the
+// command is handed over, as without the option, so a late batch shortens
+// the holder's lease and never lengthens it.
 //
-// The pipeliner is the client's: it starts at the first pipelined call and
-// stops when the client is closed. The client must be a *redis.Client (also
+// The pipeliner is the client's deferred one (AsyncAutoPipeline), on which
+// each call waits for its own command: it starts at the first pipelined
+// call and stops when the client is closed. The client must be a *redis.Client (also
 // a failover client) or a *redis.ClusterClient: NewRedisStore panics on
 // another client type with this option, and on invalid
 // Options.AutoPipelineOptions.
@@ -38,10 +41,25 @@ func WithAutoPipeline() RedisOption {
 	return func(s *RedisStore) { s.autoPipe = true }
 }
 
-// processor is what the store sends its commands to: the client, or its
-// auto-pipeliner.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
+// send runs cmd on the client or, when ap is not nil, on the
+// auto-pipeliner, and returns the command that holds the outcome: cmd, or
+// a command carrying ctx's error when ctx ended first (cmd may still run,
+// and must not be read).
+func (s *RedisStore) send(ctx context.Context, ap *redis.AutoPipeliner, cmd *redis.Cmd) *redis.Cmd {
+	if ap == nil {
+		_ = s.c.Process(ctx, cmd)
+		return cmd
+	}
+	err := ctx.Err()
+	if err == nil {
+		err = ap.Submit(ctx, cmd).WaitContext(ctx)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		out := redis.NewCmd(ctx)
+		out.SetErr(err)
+		return out
+	}
+	return cmd
 }
 
 // pipeline is the auto-pipeliner of a store's client, obtained at the first
@@ -65,12 +83,12 @@ func newPipeline(c redis.UniversalClient) (*pipeline, error) {
 		if c == nil {
 			return nil, nil
 		}
-		open, opts = c.AutoPipeline, c.Options().AutoPipelineOptions
+		open, opts = c.AsyncAutoPipeline, c.Options().AutoPipelineOptions
 	case *redis.ClusterClient:
 		if c == nil {
 			return nil, nil
 		}
-		open, opts = c.AutoPipeline, c.Options().AutoPipelineOptions
+		open, opts = c.AsyncAutoPipeline, c.Options().AutoPipelineOptions
 	case nil, *redis.Ring:
 		return nil, nil
 	default:
@@ -84,39 +102,42 @@ func newPipeline(c redis.UniversalClient) (*pipeline, error) {
 	return &pipeline{open: open}, nil
 }
 
-// sender returns where a call of the script goes: the client when the
-// store is not pipelined, when the script is always sent directly, or when
-// no other call is in flight; the auto-pipeliner otherwise. counted
-// reports whether the call was counted in flight: the caller then calls
-// s.sent once the call has its reply.
-func (s *RedisStore) sender(script *luaScript) (p processor, counted bool) {
+// sender returns the auto-pipeliner when a call of the script rides it, or
+// nil when it goes to the client: when the store is not pipelined, when the
+// script is always sent directly, or when no other call is in flight.
+// counted reports whether the call was counted in flight: the caller then
+// calls s.sent once the call has its reply. err is why the client refused
+// its pipeliner.
+func (s *RedisStore) sender(script *luaScript) (ap *redis.AutoPipeliner, counted bool, err error) {
 	pl := s.pipe
 	if pl == nil || script.direct {
-		return s.c, false
+		return nil, false, nil
 	}
 	if pl.inFlight.Add(1) == 1 {
-		return s.c, true
+		return nil, true, nil
 	}
-	if ap := pl.pipeliner(); ap != nil {
-		return ap, true
-	}
-	return s.c, true
+	ap, err = pl.pipeliner()
+	return ap, true, err
 }
 
 // sent ends a call that sender counted in flight.
 func (s *RedisStore) sent() { s.pipe.inFlight.Add(-1) }
 
 // pipeliner returns the client's auto-pipeliner, opening it on first use
-// and again after it was closed; nil when the client refuses one (it is
-// closed), and the call then goes to the client, which reports why.
-func (pl *pipeline) pipeliner() *redis.AutoPipeliner {
+// and again after it was closed. It returns nil and no error when the
+// client is closed: the call then goes to the client, which says so; and an
+// error when the client refuses a pipeliner for its options.
+func (pl *pipeline) pipeliner() (*redis.AutoPipeliner, error) {
 	if ap := pl.ap.Load(); ap != nil && !ap.IsClosed() {
-		return ap
+		return ap, nil
 	}
 	ap, err := pl.open()
-	if err != nil {
-		return nil
+	switch {
+	case errors.Is(err, redis.ErrClosed):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("idem: WithAutoPipeline: %w", err)
 	}
 	pl.ap.Store(ap)
-	return ap
+	return ap, nil
 }

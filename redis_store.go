@@ -154,10 +154,10 @@ func (s *RedisStore) usable() error {
 }
 
 // honoursDeadlines reports whether the store's calls return by their
-// context's deadline: go-redis's ContextTimeoutEnabled, without an
-// auto-pipeliner, which does not abandon a queued command.
+// context's deadline: go-redis's ContextTimeoutEnabled (a pipelined call
+// always does, a lone call sent directly as the client does).
 func (s *RedisStore) honoursDeadlines() bool {
-	if s == nil || s.pipe != nil {
+	if s == nil {
 		return false
 	}
 	switch c := s.c.(type) {

@@ -51,6 +51,32 @@ func TestRedisStoreContractCluster(t *testing.T) {
 	})
 }
 
+// TestRedisStoreContractAutoPipeline runs the contract with every call
+// that may ride the auto-pipeliner riding it, on a redis-server and on a
+// cluster.
+func TestRedisStoreContractAutoPipeline(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"redis-server", func(t *testing.T) redis.UniversalClient { return redistest.Shared(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := tc.client(t)
+			idemtest.Run(t, idemtest.Harness{
+				New: func(t *testing.T) (idemstore.Store, func(time.Duration)) {
+					s := idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t)), idem.WithAutoPipeline())
+					return idem.PipelineEveryCall(s), time.Sleep
+				},
+				Lease: 400 * time.Millisecond,
+			})
+		})
+	}
+}
+
 func TestRedisStoreCheck(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,6 +38,26 @@ func replicated(t *testing.T) (primary, replica *redistest.Server) {
 	return primary, replica
 }
 
+// storeModes are the store configurations a test runs under: as it is, and
+// with every call that may ride the auto-pipeliner riding it.
+var storeModes = []struct {
+	name string
+	opts []idem.RedisOption
+}{
+	{name: "plain"},
+	{name: "auto-pipelined", opts: []idem.RedisOption{idem.WithAutoPipeline()}},
+}
+
+// modeStore returns a store on c with the options of a storeModes entry and
+// opts; pipelined, every call that may ride the auto-pipeliner rides it.
+func modeStore(c redis.UniversalClient, mode []idem.RedisOption, opts ...idem.RedisOption) *idem.RedisStore {
+	s := idem.NewRedisStore(c, append(slices.Clone(mode), opts...)...)
+	if len(mode) > 0 {
+		idem.PipelineEveryCall(s)
+	}
+	return s
+}
+
 // fifoClient is a client that hands out its oldest idle connection first,
 // with several connections warm: a WAIT sent as a command of its own would
 // almost always land on another connection than the write it should cover.
@@ -60,24 +81,27 @@ func TestReplicaAckCoversItsOwnWrite(t *testing.T) {
 	t.Parallel()
 	primary, replica := replicated(t)
 	c := fifoClient(t, primary)
-	g := idem.New(idem.NewRedisStore(c, idem.WithReplicaAck(1, 100*time.Millisecond)), quiet)
 	ctx := context.Background()
+	for _, mode := range storeModes {
+		t.Run(mode.name, func(t *testing.T) {
+			g := idem.New(modeStore(c, mode.opts, idem.WithPrefix(mode.name), idem.WithReplicaAck(1, 100*time.Millisecond)), quiet)
+			_, err := idem.Do(ctx, g, "warm", nil, okFn("ok")) // loads the scripts
+			require.NoError(t, err)
 
-	_, err := idem.Do(ctx, g, "warm", nil, okFn("ok")) // loads the scripts
-	require.NoError(t, err)
-
-	replica.Pause(t)
-	defer replica.Resume(t)
-	var runs atomic.Int32
-	for i := range 8 {
-		_, err := idem.Do(ctx, g, fmt.Sprint("k", i), nil, func(context.Context, *idem.Attempt) (string, error) {
-			runs.Add(1)
-			return "v", nil
+			replica.Pause(t)
+			defer replica.Resume(t)
+			var runs atomic.Int32
+			for i := range 8 {
+				_, err := idem.Do(ctx, g, fmt.Sprint("k", i), nil, func(context.Context, *idem.Attempt) (string, error) {
+					runs.Add(1)
+					return "v", nil
+				})
+				require.ErrorIs(t, err, idem.ErrStoreUnavailable, "key %d", i)
+				require.ErrorContains(t, err, "0 of 1 replicas")
+			}
+			require.Zero(t, runs.Load(), "fn ran on a claim that no replica acknowledged")
 		})
-		require.ErrorIs(t, err, idem.ErrStoreUnavailable, "key %d", i)
-		require.ErrorContains(t, err, "0 of 1 replicas")
 	}
-	require.Zero(t, runs.Load(), "fn ran on a claim that no replica acknowledged")
 }
 
 // TestReplicaAckReplays: a completed record that no replica holds is not
@@ -88,26 +112,31 @@ func TestReplicaAckReplays(t *testing.T) {
 	t.Parallel()
 	primary, replica := replicated(t)
 	ctx := context.Background()
-	plain := idem.New(idem.NewRedisStore(primary.Client(t)), quiet)
-	acked := idem.New(idem.NewRedisStore(fifoClient(t, primary), idem.WithReplicaAck(1, 100*time.Millisecond)), quiet)
-	_, err := idem.Do(ctx, acked, "warm", nil, okFn("ok"))
-	require.NoError(t, err)
+	for _, mode := range storeModes {
+		t.Run(mode.name, func(t *testing.T) {
+			plain := idem.New(idem.NewRedisStore(primary.Client(t), idem.WithPrefix(mode.name)), quiet)
+			acked := idem.New(modeStore(fifoClient(t, primary), mode.opts, idem.WithPrefix(mode.name),
+				idem.WithReplicaAck(1, 100*time.Millisecond)), quiet)
+			_, err := idem.Do(ctx, acked, "warm", nil, okFn("ok"))
+			require.NoError(t, err)
 
-	replica.Pause(t)
-	v, err := idem.Do(ctx, plain, "k", nil, okFn("first")) // completed on the primary only
-	require.NoError(t, err)
-	require.Equal(t, "first", v)
-	for range 4 {
-		_, err = idem.Do(ctx, acked, "k", nil, okFn("second"))
-		require.ErrorIs(t, err, idem.ErrStoreUnavailable, "a replay no replica holds")
+			replica.Pause(t)
+			v, err := idem.Do(ctx, plain, "k", nil, okFn("first")) // completed on the primary only
+			require.NoError(t, err)
+			require.Equal(t, "first", v)
+			for range 4 {
+				_, err = idem.Do(ctx, acked, "k", nil, okFn("second"))
+				require.ErrorIs(t, err, idem.ErrStoreUnavailable, "a replay no replica holds")
+			}
+
+			replica.Resume(t)
+			require.Eventually(t, func() bool {
+				v, err = idem.Do(ctx, acked, "k", nil, okFn("second"))
+				return err == nil
+			}, 5*time.Second, 20*time.Millisecond)
+			require.Equal(t, "first", v)
+		})
 	}
-
-	replica.Resume(t)
-	require.Eventually(t, func() bool {
-		v, err = idem.Do(ctx, acked, "k", nil, okFn("second"))
-		return err == nil
-	}, 5*time.Second, 20*time.Millisecond)
-	require.Equal(t, "first", v)
 }
 
 // TestReplicaAckRenewals: with the replica frozen while fn runs, renewals
@@ -118,20 +147,25 @@ func TestReplicaAckRenewals(t *testing.T) {
 	t.Parallel()
 	primary, replica := replicated(t)
 	const lease = 300 * time.Millisecond
-	g := idem.New(idem.NewRedisStore(primary.Client(t), idem.WithReplicaAck(1, 50*time.Millisecond)), quiet, idem.WithLease(lease))
-	start := time.Now()
-	_, err := idem.Do(context.Background(), g, "k", nil, func(ctx context.Context, a *idem.Attempt) (string, error) {
-		replica.Pause(t)
-		defer replica.Resume(t)
-		select {
-		case <-ctx.Done():
-			return "", context.Cause(ctx)
-		case <-time.After(5 * time.Second):
-			return "ran on", nil
-		}
-	})
-	require.ErrorIs(t, err, idem.ErrLeaseLost)
-	require.Less(t, time.Since(start), lease+time.Second)
+	for _, mode := range storeModes {
+		t.Run(mode.name, func(t *testing.T) {
+			g := idem.New(modeStore(primary.Client(t), mode.opts, idem.WithPrefix(mode.name),
+				idem.WithReplicaAck(1, 50*time.Millisecond)), quiet, idem.WithLease(lease))
+			start := time.Now()
+			_, err := idem.Do(context.Background(), g, "k", nil, func(ctx context.Context, a *idem.Attempt) (string, error) {
+				replica.Pause(t)
+				defer replica.Resume(t)
+				select {
+				case <-ctx.Done():
+					return "", context.Cause(ctx)
+				case <-time.After(5 * time.Second):
+					return "ran on", nil
+				}
+			})
+			require.ErrorIs(t, err, idem.ErrLeaseLost)
+			require.Less(t, time.Since(start), lease+time.Second)
+		})
+	}
 }
 
 // waitCounter counts WAIT commands, alone or in a pipeline.
@@ -166,10 +200,12 @@ func TestReplicaAckReleaseDoesNotWait(t *testing.T) {
 	c := redistest.Shared(t).Client(t)
 	h := &waitCounter{}
 	c.AddHook(h)
-	st := idem.NewRedisStore(c, idem.WithPrefix(redistest.Prefix(t)), idem.WithReplicaAck(1, 2*time.Second))
-	start := time.Now()
-	err := st.Release(context.Background(), "no-such-operation", "owner")
-	require.ErrorIs(t, err, idem.ErrLeaseLost) // nothing to release
-	require.Zero(t, h.n.Load(), "release sent WAIT")
-	require.Less(t, time.Since(start), time.Second)
+	for _, mode := range storeModes {
+		st := modeStore(c, mode.opts, idem.WithPrefix(redistest.Prefix(t)), idem.WithReplicaAck(1, 2*time.Second))
+		start := time.Now()
+		err := st.Release(context.Background(), "no-such-operation", "owner")
+		require.ErrorIs(t, err, idem.ErrLeaseLost, mode.name) // nothing to release
+		require.Zero(t, h.n.Load(), "release sent WAIT (%s)", mode.name)
+		require.Less(t, time.Since(start), time.Second, mode.name)
+	}
 }

@@ -42,26 +42,35 @@ func newSlowRig(t *testing.T) *slowRig {
 	return &slowRig{srv: srv, proxy: redistest.StartProxy(t, srv.Addr()), prefix: redistest.Prefix(t)}
 }
 
-// clientModes are the go-redis configurations every slow-reply test runs
-// under.
-var clientModes = []struct {
-	name string
-	opts func(*redis.Options)
-}{
+// clientMode is a go-redis configuration a slow-reply test runs under, and
+// whether the store auto-pipelines every call that may be.
+type clientMode struct {
+	name      string
+	opts      func(*redis.Options)
+	pipelined bool
+}
+
+// clientModes are the configurations every slow-reply test runs under.
+var clientModes = []clientMode{
 	{name: "go-redis defaults", opts: func(*redis.Options) {}},
 	{name: "ContextTimeoutEnabled", opts: func(o *redis.Options) { o.ContextTimeoutEnabled = true }},
+	{name: "auto-pipelined", opts: func(*redis.Options) {}, pipelined: true},
 }
 
 // slow returns a Guard whose client goes through the proxy.
-func (r *slowRig) slow(t *testing.T, mode func(*redis.Options), opts ...Option) *Guard {
+func (r *slowRig) slow(t *testing.T, mode clientMode, opts ...Option) *Guard {
 	t.Helper()
 	o := &redis.Options{Addr: r.proxy.Addr()}
-	mode(o)
+	mode.opts(o)
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.Ping(context.Background()).Err()) // connect before any rule is armed
-	g, _ := faultGuard(c, r.prefix, opts...)
-	return g
+	if !mode.pipelined {
+		g, _ := faultGuard(c, r.prefix, opts...)
+		return g
+	}
+	s := PipelineEveryCall(NewRedisStore(c, WithPrefix(r.prefix), WithAutoPipeline()))
+	return New(s, append([]Option{quietLog}, opts...)...)
 }
 
 // direct returns a Guard on the server itself.
@@ -114,7 +123,7 @@ func TestSlowReplies(t *testing.T) {
 			t.Run(tt.name+"/"+mode.name, func(t *testing.T) {
 				t.Parallel()
 				r := newSlowRig(t)
-				holder := r.slow(t, mode.opts, WithLease(lease))
+				holder := r.slow(t, mode, WithLease(lease))
 				waiter, _ := r.direct(t, WithLease(lease), WithWait(5*time.Second))
 				for _, d := range tt.delays {
 					r.proxy.DelayReplies(redistest.MatchScript(d.script), d.d, d.n)
@@ -188,8 +197,9 @@ func TestSlowCompleteIsBounded(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			r := newSlowRig(t)
-			holder := r.slow(t, func(o *redis.Options) { mode.opts(o); o.ReadTimeout = 10 * time.Second },
-				WithLease(time.Second), WithWriteTimeout(300*time.Millisecond))
+			m := mode
+			m.opts = func(o *redis.Options) { mode.opts(o); o.ReadTimeout = 10 * time.Second }
+			holder := r.slow(t, m, WithLease(time.Second), WithWriteTimeout(300*time.Millisecond))
 			r.proxy.DelayReplies(redistest.MatchScript(completeLua), 3*time.Second, 1)
 			var runs atomic.Int32
 			fn := func(ctx context.Context, a *Attempt) (string, error) { runs.Add(1); return "v", nil }
@@ -216,7 +226,7 @@ func TestSlowCompleteIsBounded(t *testing.T) {
 func TestSlowReleaseIsBounded(t *testing.T) {
 	t.Parallel()
 	r := newSlowRig(t)
-	holder := r.slow(t, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second },
+	holder := r.slow(t, clientMode{opts: func(o *redis.Options) { o.ReadTimeout = 10 * time.Second }},
 		WithLease(time.Second), WithWriteTimeout(300*time.Millisecond))
 	r.proxy.DelayReplies(redistest.MatchScript(releaseLua), 3*time.Second, 1)
 	boom := errors.New("boom")
