@@ -54,7 +54,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed"}
+var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed", "autopipe"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -192,8 +192,8 @@ func run(ctx context.Context, cfg *config) (err error) {
 	}
 	rep.redisVersion = info["Server"]["redis_version"]
 
-	// Redis Cluster, for the scale scenario.
-	if cfg.runs("scale") {
+	// Redis Cluster, for the scale and auto-pipelining scenarios.
+	if cfg.runs("scale") || cfg.runs("autopipe") {
 		switch cfg.cluster {
 		case "off":
 			e.clusterNote = "-cluster off"
@@ -236,7 +236,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		name string
 		run  func(context.Context, *env) error
 	}{
-		{"floor", runFloor}, {"allocs", runAllocs}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"notify", runNotify}, {"canon", runCanon}, {"sealed", runSealed},
+		{"floor", runFloor}, {"allocs", runAllocs}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"notify", runNotify}, {"canon", runCanon}, {"sealed", runSealed}, {"autopipe", runAutoPipe},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {
