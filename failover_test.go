@@ -49,7 +49,7 @@ func TestFailoverLostWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a Sentinel failover under load takes about ten seconds")
 	}
-	// The two runs have servers of their own and spend most of their time
+	// The runs have servers of their own and spend most of their time
 	// waiting for Sentinel: they run side by side.
 	t.Run("no acks", func(t *testing.T) {
 		t.Parallel()
@@ -64,6 +64,7 @@ func TestFailoverLostWrites(t *testing.T) {
 		require.Zero(t, fig.lost, "lost results with replica acks: %v", fig)
 	})
 	t.Run("replica ack, auto-pipelined", func(t *testing.T) {
+		t.Parallel()
 		fig := runFailover(t, idem.WithReplicaAck(1, 500*time.Millisecond), idem.WithAutoPipeline())
 		t.Logf("with WithReplicaAck(1, 500ms) and WithAutoPipeline: %v", fig)
 		require.Zero(t, fig.duplicates, "duplicated effects with replica acks: %v", fig)
