@@ -367,3 +367,32 @@ func TestAutoPipelineMiddlewareAndOnce(t *testing.T) {
 	require.Equal(t, int32(1), handled.Load())
 	require.Equal(t, int32(1), processed.Load())
 }
+
+// TestAutoPipelineDeadline: a pipelined call returns by its context's
+// deadline, although the server does not answer and the client would wait
+// its ReadTimeout (30s here) for the batch.
+func TestAutoPipelineDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	o := srv.Options()
+	o.ReadTimeout, o.MaxRetries = 30*time.Second, -1
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	s := PipelineEveryCall(NewRedisStore(c, WithAutoPipeline()))
+	ctx := context.Background()
+	req := idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Minute}
+	_, err := s.Claim(ctx, "warm", req) // loads the script, opens the connections
+	require.NoError(t, err)
+
+	srv.Pause(t)
+	defer srv.Resume(t)
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = s.Claim(dctx, "k", req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.Claim(cctx, "k2", req)
+	require.ErrorIs(t, err, context.Canceled, "a call whose context ended is not sent")
+}
