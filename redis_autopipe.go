@@ -94,12 +94,25 @@ func newPipeline(c redis.UniversalClient) (*pipeline, error) {
 	default:
 		return nil, fmt.Errorf("WithAutoPipeline needs a *redis.Client or a *redis.ClusterClient, got %T", c)
 	}
-	if opts != nil {
-		if err := opts.Validate(); err != nil {
-			return nil, fmt.Errorf("WithAutoPipeline: the client's AutoPipelineOptions: %w", err)
-		}
+	if err := validPipeline(c, opts); err != nil {
+		return nil, fmt.Errorf("WithAutoPipeline: the client's AutoPipelineOptions: %w", err)
 	}
 	return &pipeline{open: open}, nil
+}
+
+// validPipeline reports what go-redis would refuse in opts when it opens
+// c's deferred auto-pipeliner, as far as the options tell.
+func validPipeline(c redis.UniversalClient, opts *redis.AutoPipelineOptions) error {
+	if opts == nil {
+		return nil
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if _, ok := c.(*redis.Client); ok && opts.NumShards > 1 && !opts.Unordered && !opts.FullDuplex {
+		return fmt.Errorf("NumShards=%d needs Unordered on the deferred auto-pipeliner the store uses", opts.NumShards)
+	}
+	return nil
 }
 
 // sender returns the auto-pipeliner when a call of the script rides it, or

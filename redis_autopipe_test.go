@@ -157,11 +157,17 @@ func TestAutoPipelineClients(t *testing.T) {
 	require.True(t, NewRedisStore(ct).honoursDeadlines())
 	require.True(t, NewRedisStore(ct, WithAutoPipeline()).honoursDeadlines())
 
-	// Options the deferred pipeliner refuses fail every pipelined call.
+	// Options the deferred pipeliner refuses: at construction when the
+	// options tell, else on every pipelined call.
 	sh := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1",
 		AutoPipelineOptions: &redis.AutoPipelineOptions{NumShards: 2}})
 	t.Cleanup(func() { _ = sh.Close() })
-	_, err := PipelineEveryCall(NewRedisStore(sh, WithAutoPipeline())).Claim(ctx, "x", idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Second})
+	require.PanicsWithValue(t, "idem: NewRedisStore: WithAutoPipeline: the client's AutoPipelineOptions: NumShards=2 needs Unordered on the deferred auto-pipeliner the store uses",
+		func() { NewRedisStore(sh, WithAutoPipeline()) })
+	fd := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PipelinePoolSize: -1,
+		AutoPipelineOptions: &redis.AutoPipelineOptions{NumShards: 2, FullDuplex: true}})
+	t.Cleanup(func() { _ = fd.Close() })
+	_, err := PipelineEveryCall(NewRedisStore(fd, WithAutoPipeline())).Claim(ctx, "x", idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Second})
 	require.ErrorContains(t, err, "NumShards")
 }
 
