@@ -10,12 +10,13 @@ import (
 )
 
 // WithAutoPipeline makes the store send its scripts through the go-redis
-// auto-pipeliner of its client ((*redis.Client).AutoPipeline or
-// (*redis.ClusterClient).AutoPipeline), which batches the commands of
-// concurrent callers into shared writes and reads. Under concurrency Redis
-// then spends far less CPU per operation, and the store serves more
-// operations per Redis core; the client's own Options.AutoPipelineOptions
-// apply when set. The default is off.
+// auto-pipeliner of its client ((*redis.Client).AsyncAutoPipeline or
+// (*redis.ClusterClient).AsyncAutoPipeline, on which each call waits for its
+// own command), which batches the commands of concurrent callers into shared
+// writes and reads. Under concurrency Redis then spends far less CPU per
+// operation, and the store serves more operations per Redis core; the
+// client's own Options.AutoPipelineOptions apply when set. The default is
+// off.
 //
 // Claims, completions, releases and checkpoints ride the pipeliner while
 // other calls of the store are in flight; a lone call is sent directly, so
@@ -31,12 +32,13 @@ import (
 // command is handed over, as without the option, so a late batch shortens
 // the holder's lease and never lengthens it.
 //
-// The pipeliner is the client's deferred one (AsyncAutoPipeline), on which
-// each call waits for its own command: it starts at the first pipelined
-// call and stops when the client is closed. The client must be a *redis.Client (also
+// The pipeliner is the client's: it starts at the first pipelined call and
+// stops when the client is closed. The client must be a *redis.Client (also
 // a failover client) or a *redis.ClusterClient: NewRedisStore panics on
-// another client type with this option, and on invalid
-// Options.AutoPipelineOptions.
+// another client type with this option, and on Options.AutoPipelineOptions
+// that the pipeliner refuses; options it refuses only when it opens (full
+// duplex without a pipeline pool) fail every pipelined call with
+// ErrStoreUnavailable.
 func WithAutoPipeline() RedisOption {
 	return func(s *RedisStore) { s.autoPipe = true }
 }
