@@ -31,9 +31,8 @@ func TestProxyDelaysReplies(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 	require.Equal(t, 1, delayed())
 
-	start = time.Now()
 	require.NoError(t, c.Set(ctx, key, "w", 0).Err())
-	require.Less(t, time.Since(start), 250*time.Millisecond, "the rule delays one reply only")
+	require.Equal(t, 1, delayed(), "the rule delays one reply only")
 
 	p.SetDelay(0, 200*time.Millisecond)
 	start = time.Now()
