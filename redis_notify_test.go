@@ -6,6 +6,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,15 +100,18 @@ func testWaiterIsNotified(t *testing.T, mode clientMode) {
 	require.Equal(t, map[string]int{"EVALSHA": 3}, cmds, "claim, complete, replay")
 }
 
-// TestWaiterWakeUpLag: the median delay between a completion and the
-// waiter's return, over 15 runs. Polling gave 25–50ms; a notified waiter
-// needs a Pub/Sub message and one claim.
+// TestWaiterWakeUpLag: a subscribed waiter is woken by the completion's
+// notification: it returns after one more claim, not at its own check 2s
+// later (watchPoll); over 15 runs the median delay between a completion and
+// the waiter's return is logged (polling gave 25–50ms; a notified waiter
+// needs a Pub/Sub message and one claim).
 func TestWaiterWakeUpLag(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	prefix := redistest.Prefix(t)
 	holder, _ := faultGuard(srv.Client(t), prefix)
-	waiter, _ := faultGuard(srv.Client(t), prefix, WithWait(5*time.Second))
+	ws := &watchSignal{RedisStore: NewRedisStore(srv.Client(t), WithPrefix(prefix)), watching: make(chan struct{}, 1)}
+	waiter := New(ws, quietLog, WithWait(5*time.Second))
 	ctx := context.Background()
 	var lags []time.Duration
 	for i := range 15 {
@@ -123,18 +127,48 @@ func TestWaiterWakeUpLag(t *testing.T) {
 			})
 		}()
 		<-claimed
+		ws.claims.Store(0)
 		woke := make(chan time.Time)
 		go func() {
 			_, _ = Do(ctx, waiter, key, faultReq{}, okFnInternal("w"))
 			woke <- time.Now()
 		}()
-		time.Sleep(100 * time.Millisecond) // let the waiter subscribe (it would poll otherwise)
+		select { // subscribed: from now on a completion notifies it
+		case <-ws.watching:
+		case <-woke:
+			t.Fatal("the waiter returned before the holder completed")
+		}
 		close(release)
 		lags = append(lags, (<-woke).Sub(completed))
+		require.LessOrEqual(t, ws.claims.Load(), int32(3), "the first claim, the one after subscribing, the one after the notification")
 	}
 	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
 	t.Logf("wake-up lag: median %v, max %v", lags[len(lags)/2], lags[len(lags)-1])
-	require.Less(t, lags[len(lags)/2], 25*time.Millisecond, "a polling waiter's first poll comes after 25ms")
+	// Woken by the notification, not by its own check watchPoll after its
+	// last claim: a bound of half of watchPoll, hundreds of times the lag
+	// expected, tells the two apart on any machine.
+	require.Less(t, lags[len(lags)/2], watchPoll/2, "the waiter was not notified")
+}
+
+// watchSignal is a RedisStore that counts claims and signals each
+// subscription Watch made.
+type watchSignal struct {
+	*RedisStore
+	claims   atomic.Int32
+	watching chan struct{}
+}
+
+func (s *watchSignal) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	s.claims.Add(1)
+	return s.RedisStore.Claim(ctx, id, c)
+}
+
+func (s *watchSignal) Watch(ctx context.Context, id string) (<-chan struct{}, func(), error) {
+	ch, stop, err := s.RedisStore.Watch(ctx, id)
+	if err == nil {
+		s.watching <- struct{}{}
+	}
+	return ch, stop, err
 }
 
 func okFnInternal(v string) func(context.Context, *Attempt) (string, error) {
