@@ -623,10 +623,12 @@ func TestMiddlewareClientDisconnect(t *testing.T) {
 		app := newTestApp()
 		h := b.guard(t).Middleware()(app)
 		outer := make(chan context.Context, 1)
+		served := make(chan struct{}) // closed when the first request's middleware returned
+		var first atomic.Bool
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case outer <- r.Context(): // the first request's
-			default:
+			if first.CompareAndSwap(false, true) {
+				outer <- r.Context()
+				defer close(served)
 			}
 			h.ServeHTTP(w, r)
 		}))
@@ -651,16 +653,11 @@ func TestMiddlewareClientDisconnect(t *testing.T) {
 		require.NoError(t, inner.Context().Err(), "the handler's context is detached from the client")
 		close(app.release)
 
-		// The retry may arrive before the handler finished: 409, then the replay.
-		var a answer
-		for {
-			a = post(http.DefaultClient, srv.URL+"/hold", "gone", "x")
-			require.NoError(t, a.err)
-			if a.status != http.StatusConflict {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		// The middleware returns once it stored the answer; the retry
+		// then gets the replay.
+		<-served
+		a := post(http.DefaultClient, srv.URL+"/hold", "gone", "x")
+		require.NoError(t, a.err)
 		require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
 		require.True(t, a.replayed)
 		require.EqualValues(t, 1, app.runs.Load())
