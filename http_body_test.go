@@ -120,9 +120,14 @@ func TestMiddlewareBodyGrowsWithBytesRead(t *testing.T) {
 // TestMiddlewareHeadersOnlyConnections: through a real server, clients that
 // announce a megabyte and send nothing do not make the server allocate it.
 func TestMiddlewareHeadersOnlyConnections(t *testing.T) {
-	srv := httptest.NewServer(idem.New(nil, quiet).Middleware()(newTestApp()))
-	t.Cleanup(srv.Close)
 	const clients, announced = 20, 1 << 20
+	mw := idem.New(nil, quiet).Middleware()(newTestApp())
+	waiting := make(chan struct{}, clients) // a server has read what it got and waits for more
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = &readSignal{ReadCloser: r.Body, after: len(`{"a":`), waiting: waiting}
+		mw.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
 	var before, during runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -144,7 +149,9 @@ func TestMiddlewareHeadersOnlyConnections(t *testing.T) {
 		_, err = pw.Write([]byte(`{"a":`)) // a few bytes, then silence
 		require.NoError(t, err)
 	}
-	time.Sleep(200 * time.Millisecond) // the server reads what it got and waits
+	for range clients {
+		<-waiting
+	}
 	runtime.ReadMemStats(&during)
 	for _, pw := range writers {
 		pw.CloseWithError(io.ErrUnexpectedEOF)
@@ -154,6 +161,24 @@ func TestMiddlewareHeadersOnlyConnections(t *testing.T) {
 	}
 	grew := during.TotalAlloc - before.TotalAlloc
 	require.Less(t, grew, uint64(clients*announced/4), "allocated %d bytes for %d connections", grew, clients)
+}
+
+// readSignal is a request body that signals when it is read again after
+// the first bytes it delivered: the reader has taken them and waits for more.
+type readSignal struct {
+	io.ReadCloser
+	after, got int
+	waiting    chan<- struct{}
+}
+
+func (r *readSignal) Read(p []byte) (int, error) {
+	if r.got >= r.after && r.waiting != nil {
+		r.waiting <- struct{}{}
+		r.waiting = nil
+	}
+	n, err := r.ReadCloser.Read(p)
+	r.got += n
+	return n, err
 }
 
 // TestMiddlewareDeepJSONBody: a megabyte of JSON nested 10,000 deep is
