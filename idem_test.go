@@ -896,9 +896,12 @@ func TestNoGoroutineOutlivesDo(t *testing.T) {
 		}
 		return out
 	}
+	// A goroutine that has sent its result may still be exiting, and no
+	// event marks its exit: poll the stacks, with a deadline far beyond the
+	// microseconds that takes.
 	left := inLibrary()
-	for deadline := time.Now().Add(time.Second); left != "" && time.Now().Before(deadline); left = inLibrary() {
-		time.Sleep(time.Millisecond) // a goroutine that has sent its result is exiting
+	for deadline := time.Now().Add(10 * time.Second); left != "" && time.Now().Before(deadline); left = inLibrary() {
+		time.Sleep(time.Millisecond)
 	}
 	require.Empty(t, left, "goroutines still in the library")
 }
