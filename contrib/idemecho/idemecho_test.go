@@ -325,9 +325,10 @@ func TestScope(t *testing.T) {
 func TestParallelDuplicates(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		a := newApp(b.Guard(idem.WithWait(10 * time.Second)))
+		waiting := b.Store.Busy(31)
 		go func() {
 			<-a.started
-			time.Sleep(20 * time.Millisecond) // let the duplicates arrive
+			<-waiting // every duplicate was told to wait
 			close(a.release)
 		}()
 		var wg sync.WaitGroup

@@ -114,8 +114,9 @@ func TestInProgress(t *testing.T) {
 					require.Equal(t, 250*time.Millisecond, delay)
 				} else {
 					second := make(chan reply, 1)
+					waiting := b.Store.Busy(1)
 					go func() { second <- invoke(t.Context(), conn, methodRefund, key, req, &wrapperspb.StringValue{}) }()
-					time.Sleep(50 * time.Millisecond) // the duplicate is waiting
+					<-waiting // the duplicate was told to wait
 					close(release)
 					r := <-second
 					require.NoError(t, r.err)

@@ -184,6 +184,7 @@ func TestConcurrentRedeliveries(t *testing.T) {
 					err error
 				}
 				results := make(chan result, 32)
+				waiting := b.Store.Busy(31)
 				var wg sync.WaitGroup
 				for range 32 {
 					wg.Go(func() {
@@ -193,7 +194,7 @@ func TestConcurrentRedeliveries(t *testing.T) {
 				}
 				<-c.started
 				if wait {
-					time.Sleep(20 * time.Millisecond) // let the duplicates start waiting
+					<-waiting // every duplicate was told to wait
 				} else {
 					for range 31 { // every duplicate has its answer before the first ends
 						r := <-results

@@ -7,6 +7,7 @@ package backendtest
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -54,10 +55,11 @@ func RedisServer(t testing.TB) string {
 }
 
 // FaultStore fails every claim while Down is set, as an unreachable Redis
-// does.
+// does. Its Busy tells a test when duplicates are waiting.
 type FaultStore struct {
 	idemstore.Store
 	Down atomic.Bool
+	busyClaims
 }
 
 // Claim implements idemstore.Store.
@@ -65,5 +67,43 @@ func (s *FaultStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequ
 	if s.Down.Load() {
 		return idemstore.ClaimResult{}, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 	}
-	return s.Store.Claim(ctx, id, c)
+	res, err := s.Store.Claim(ctx, id, c)
+	s.note(c.Owner, res, err)
+	return res, err
+}
+
+// busyClaims watches for claimants told that a key is busy.
+type busyClaims struct {
+	mu    sync.Mutex
+	seen  map[string]struct{} // owners told busy since the last call to Busy
+	want  int
+	ready chan struct{}
+}
+
+func (b *busyClaims) note(owner string, res idemstore.ClaimResult, err error) {
+	if err != nil || res.Status != idemstore.ClaimBusy {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ready == nil {
+		return
+	}
+	b.seen[owner] = struct{}{}
+	if len(b.seen) == b.want {
+		close(b.ready)
+		b.ready = nil
+	}
+}
+
+// Busy returns a channel closed once n distinct claimants (calls of Do,
+// requests, messages) have been told the key is busy, counted from this
+// call on: with WithWait, n duplicates are then waiting. Call it before the
+// duplicates start.
+func (b *busyClaims) Busy(n int) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := make(chan struct{})
+	b.seen, b.want, b.ready = map[string]struct{}{}, n, ch
+	return ch
 }

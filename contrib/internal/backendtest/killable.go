@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -17,11 +19,27 @@ import (
 type Killable struct {
 	Client *redis.Client
 	Stop   func() // makes Redis unreachable
+	Store  *RedisStore
 }
 
-// Guard returns a Guard on a RedisStore over the backend's client.
+// Guard returns a Guard on the backend's RedisStore.
 func (k *Killable) Guard(opts ...idem.Option) *idem.Guard {
-	return idem.New(idem.NewRedisStore(k.Client), opts...)
+	return idem.New(k.Store, opts...)
+}
+
+// RedisStore is an idem.RedisStore (waiters subscribe to completions as
+// they do in production) whose Busy tells a test when duplicates are
+// waiting.
+type RedisStore struct {
+	*idem.RedisStore
+	busyClaims
+}
+
+// Claim implements idemstore.Store.
+func (s *RedisStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	res, err := s.RedisStore.Claim(ctx, id, c)
+	s.note(c.Owner, res, err)
+	return res, err
 }
 
 // ForEachKillable runs f on miniredis and on a real redis-server of the
@@ -44,5 +62,5 @@ func NewKillable(t testing.TB, addr string, stop func()) *Killable {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 1, DialTimeout: time.Second, DialerRetryTimeout: 5 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	return &Killable{Client: rdb, Stop: stop}
+	return &Killable{Client: rdb, Stop: stop, Store: &RedisStore{RedisStore: idem.NewRedisStore(rdb)}}
 }
