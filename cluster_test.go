@@ -262,7 +262,7 @@ func TestClusterTakeover(t *testing.T) {
 }
 
 func testClusterTakeover(t *testing.T, b *clusterBackend) {
-	const lease = time.Second // room for 24 claims on a loaded machine
+	const lease = time.Second // room for a claim, a checkpoint and a retry on a loaded machine
 	g, store := b.guard(WithLease(lease))
 	ctx := context.Background()
 	fp, err := requestFingerprint(faultReq{Amount: 9})
@@ -275,10 +275,8 @@ func testClusterTakeover(t *testing.T, b *clusterBackend) {
 		require.NoError(t, err)
 		require.Equal(t, idemstore.ClaimOK, res.Status)
 		require.NoError(t, store.Checkpoint(ctx, id, "dead", "step", fmt.Append(nil, i)))
-	}
-	claimed := time.Now()
-	for i := range keys {
-		_, err := Do(ctx, g, fmt.Sprintf("job-%d", i), faultReq{Amount: 9}, func(context.Context, *Attempt) (string, error) {
+
+		_, err = Do(ctx, g, fmt.Sprintf("job-%d", i), faultReq{Amount: 9}, func(context.Context, *Attempt) (string, error) {
 			t.Error("ran while the lease was live")
 			return "", nil
 		})
@@ -287,9 +285,9 @@ func testClusterTakeover(t *testing.T, b *clusterBackend) {
 		require.ErrorIs(t, err, ErrInProgress)
 		require.Greater(t, busy.RetryAfter, time.Duration(0))
 	}
-	require.Less(t, time.Since(claimed), lease, "too slow to check the live leases")
+	claimed := time.Now() // after every claim: every lease ends by claimed+lease
 
-	time.Sleep(time.Until(claimed.Add(lease + 20*time.Millisecond)))
+	time.Sleep(time.Until(claimed.Add(lease + 20*time.Millisecond))) // the leases run out on the server
 	for i := range keys {
 		v, err := Do(ctx, g, fmt.Sprintf("job-%d", i), faultReq{Amount: 9}, func(ctx context.Context, a *Attempt) (string, error) {
 			require.Equal(t, int64(2), a.Fence)
