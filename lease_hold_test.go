@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,17 @@ func (s *beatStore) Heartbeat(ctx context.Context, id, owner string, lease time.
 	s.mu.Unlock()
 	s.once.Do(func() { close(s.first) })
 	return s.Store.Heartbeat(ctx, id, owner, lease)
+}
+
+// heartbeatCounter is a RedisStore that counts the renewals sent.
+type heartbeatCounter struct {
+	*RedisStore
+	n atomic.Int32
+}
+
+func (s *heartbeatCounter) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	s.n.Add(1)
+	return s.RedisStore.Heartbeat(ctx, id, owner, lease)
 }
 
 func newBeatGuard(c *redis.Client, prefix string, lease time.Duration) (*Guard, *beatStore) {
