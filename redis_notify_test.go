@@ -42,6 +42,8 @@ func testWaiterIsNotified(t *testing.T, mode clientMode) {
 	_, stop, err := waiter.store.(*RedisStore).Watch(ctx, "probe")
 	require.NoError(t, err)
 	stop()
+	ws := &watchSignal{RedisStore: waiter.store.(*RedisStore), watching: make(chan struct{}, 1)}
+	waiter.store = ws // the same store, which signals its subscription
 	r.proxy.Commands()
 
 	release := make(chan struct{})
@@ -65,6 +67,11 @@ func testWaiterIsNotified(t *testing.T, mode clientMode) {
 		})
 		woke = time.Now()
 	})
+	select {
+	case <-ws.watching: // subscribed
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not subscribe")
+	}
 	time.Sleep(1500 * time.Millisecond) // the wait being measured, not a synchronisation
 	done := time.Now()
 	close(release)
