@@ -217,6 +217,7 @@ func TestSlowCompleteIsBounded(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "v", v)
 			require.Equal(t, int32(1), runs.Load())
+			r.proxy.Close() // nobody waits for the late reply: its connection goes
 		})
 	}
 }
