@@ -176,3 +176,54 @@ func TestMiddlewareWaiterLeavingIsNotAnError(t *testing.T) {
 		require.NotContains(t, logged(), "level=ERROR")
 	})
 }
+
+// TestRouteRetention: WithRouteRetention bounds the TTL of a route's keys
+// by the route's retention (plus the lease while the handler runs).
+func TestRouteRetention(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		const lease, retention, route = 2 * time.Second, 24 * time.Hour, time.Hour
+		g := b.guard(t, idem.WithLease(lease), idem.WithRetention(retention))
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			started <- struct{}{}
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		})
+		short := g.Middleware(idem.WithRouteRetention(route))(slow)
+		long := g.Middleware()(slow)
+		// ttls returns the PTTL of the record and of the lease (-2ns: none).
+		ttls := func(key string) (record, lease time.Duration) {
+			rk, lk := b.store().Keys(idem.OperationID(idem.KindHTTP, "", key))
+			record, err := b.client.PTTL(context.Background(), rk).Result()
+			require.NoError(t, err)
+			lease, err = b.client.PTTL(context.Background(), lk).Result()
+			require.NoError(t, err)
+			return record, lease
+		}
+		for _, c := range []struct {
+			key      string
+			h        http.Handler
+			min, max time.Duration // of the record's TTL
+		}{{"short", short, route - time.Minute, route + lease}, {"long", long, retention - time.Minute, retention + lease}} {
+			done := make(chan int, 1)
+			go func() { done <- serve(c.h, req{key: c.key, body: "{}"}).Code }()
+			<-started
+			record, leaseTTL := ttls(c.key)
+			require.Greater(t, record, c.min, "%s, running", c.key)
+			require.LessOrEqual(t, record, c.max, "%s, running", c.key)
+			require.Greater(t, leaseTTL, time.Duration(0))
+			require.LessOrEqual(t, leaseTTL, lease)
+			close(release)
+			require.Equal(t, http.StatusCreated, <-done)
+			release = make(chan struct{})
+			record, leaseTTL = ttls(c.key)
+			require.Greater(t, record, c.min, "%s, completed", c.key)
+			require.LessOrEqual(t, record, c.max-lease, "%s, completed: the retention", c.key)
+			require.Equal(t, -2*time.Nanosecond, leaseTTL, "no lease once completed")
+		}
+		for _, bad := range []time.Duration{0, -time.Second} {
+			require.Panics(t, func() { g.Middleware(idem.WithRouteRetention(bad)) })
+		}
+	})
+}
