@@ -37,7 +37,11 @@ func (v Violation) String() string {
 		if i > 0 {
 			b.WriteString(";")
 		}
-		fmt.Fprintf(&b, " call #%d [%v–%v] %s", c.ID, c.Start.Round(time.Microsecond), c.End.Round(time.Microsecond), c.Kind)
+		fmt.Fprintf(&b, " call #%d", c.ID)
+		if c.Via != "" {
+			fmt.Fprintf(&b, " (%s)", c.Via)
+		}
+		fmt.Fprintf(&b, " [%v–%v] %s", c.Start.Round(time.Microsecond), c.End.Round(time.Microsecond), c.Kind)
 		if c.Ran {
 			fmt.Fprintf(&b, ", fn ran at fence %d", c.Fence)
 		}

@@ -100,6 +100,7 @@ type Call struct {
 	Key     string
 	Request string // the request's identity: calls with another one expect ErrMismatch
 	Probe   bool   // a probe made after the faults healed (I4)
+	Via     string // the entry point: "do", "http" or "once"; "" in planted histories
 	Start   time.Duration
 	End     time.Duration
 	Ran     bool  // the function ran in this call
@@ -182,17 +183,29 @@ func (o *Op) Ran(fence int64) {
 func (o *Op) End(value string, err error) {
 	now := o.h.Now()
 	kind := Classify(err)
-	switch kind {
-	case KindOK:
-	case KindPermanent:
+	if kind == KindPermanent {
 		value = err.Error()
-	default:
+	}
+	o.finish(now, kind, value)
+}
+
+// finish records the call's return at the time at, with its kind and what
+// it handed out.
+func (o *Op) finish(at time.Duration, kind Kind, value string) {
+	if !kind.Handed() {
 		value = ""
 	}
 	o.h.mu.Lock()
 	defer o.h.mu.Unlock()
 	c := &o.h.calls[o.id]
-	c.End, c.Kind, c.Result = now, kind, value
+	c.End, c.Kind, c.Result = at, kind, value
+}
+
+// via records the call's entry point.
+func (o *Op) via(v Via) {
+	o.h.mu.Lock()
+	defer o.h.mu.Unlock()
+	o.h.calls[o.id].Via = v.String()
 }
 
 // StartFault records that a fault began; end records that it healed.

@@ -16,12 +16,17 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// A Workload is randomised traffic through Do as real clients make it: new
-// keys, repeats of keys at random later times (retries after a timeout, an
-// error or a lost answer), bursts of concurrent duplicates (double clicks),
-// now and then a key reused with another request. Its function acts on a
-// fenced Sink and reconciles when Attempt.Fence > 1, as the documentation
-// asks of a function with an external side effect.
+// A Workload is randomised traffic through Do, the HTTP middleware or Once
+// (Via) as real clients make it: new keys, repeats of keys at random later
+// times (retries after a timeout, an error or a lost answer), bursts of
+// concurrent duplicates (double clicks), now and then a key reused with
+// another request. Its function acts on a fenced Sink and reconciles when
+// Attempt.Fence > 1, as the documentation asks of a function with an
+// external side effect. Once gives its function no Attempt: there the
+// function reconciles by the id on every run, as a consumer whose effect is
+// idempotent by message id, and offers its effect with fence 0, so that for
+// Once ids the Sink refuses nothing and I1 catches runs that act
+// concurrently.
 type Workload struct {
 	Guards    []*idem.Guard // each call goes through one at random, as through one of several replicas
 	Workers   int           // concurrent clients; default 16
@@ -32,9 +37,12 @@ type Workload struct {
 	Work      time.Duration // the function works a random time up to Work; default 2ms
 	Timeout   time.Duration // bound of each call; 0: none
 	Seed      uint64        // seed of the random choices
+	Via       Via           // the entry point of the calls; default ViaDo
 
 	// OnRun, when set, is called by the function as it starts, before its
-	// effect, for fault injection (freeze the holder, end its lease).
+	// effect, for fault injection (freeze the holder, end its lease). a is
+	// nil under Once, whose operation id is
+	// idem.OperationID(idem.KindOnce, "", key).
 	OnRun func(ctx context.Context, key string, a *idem.Attempt)
 
 	next    atomic.Int64 // keys used so far
@@ -43,6 +51,7 @@ type Workload struct {
 	mu      sync.Mutex
 	slot    time.Time // the next call's earliest start, under Rate
 	calls   atomic.Int64
+	web     webs // the HTTP servers of ViaHTTP, one per Guard
 }
 
 // errTransient is the failure the function returns now and then: the
@@ -101,6 +110,7 @@ func (w *Workload) Run(ctx context.Context, h *History, s *Sink) {
 		}()
 	}
 	wg.Wait()
+	w.web.close()
 }
 
 // step makes one client action: a call, or a burst of concurrent duplicates.
@@ -188,7 +198,7 @@ type request struct {
 	Action string `json:"action"`
 }
 
-// call makes one call of Do and records it.
+// call makes one call through the key's entry point and records it.
 func (w *Workload) call(ctx context.Context, g *idem.Guard, h *History, s *Sink, key, req string, seed uint64, probe bool) {
 	w.calls.Add(1)
 	if w.Timeout > 0 {
@@ -196,31 +206,63 @@ func (w *Workload) call(ctx context.Context, g *idem.Guard, h *History, s *Sink,
 		ctx, cancel = context.WithTimeout(ctx, w.Timeout)
 		defer cancel()
 	}
+	via := w.viaOf(key)
 	op := h.Begin(key, req, probe)
+	op.via(via)
 	rnd := rand.New(rand.NewPCG(seed, 1))
-	v, err := idem.Do(ctx, g, key, request{Key: key, Action: req}, func(ctx context.Context, a *idem.Attempt) (string, error) {
-		return w.fn(ctx, rnd, op, s, key, a)
-	})
-	if err == nil {
-		v = w.unpad(v)
-	} else if !probe && req == "pay" && rnd.IntN(2) == 0 {
+	var failed bool
+	switch via {
+	case ViaHTTP:
+		failed = w.callHTTP(ctx, g, op, rnd, s, key, req)
+	case ViaOnce:
+		_, err := g.Once(ctx, key, func(ctx context.Context) error {
+			_, err := w.fn(ctx, rnd, op, s, key, nil)
+			return err
+		})
+		op.End("", err)
+		failed = err != nil
+	default:
+		v, err := idem.Do(ctx, g, key, request{Key: key, Action: req}, func(ctx context.Context, a *idem.Attempt) (string, error) {
+			return w.fn(ctx, rnd, op, s, key, a)
+		})
+		if err == nil {
+			v = w.unpad(v)
+		}
+		op.End(v, err)
+		failed = err != nil
+	}
+	if failed && !probe && req == "pay" && rnd.IntN(2) == 0 {
 		w.Retry(key) // a client retrying after an error
 	}
-	op.End(v, err)
+}
+
+// viaOf returns the entry point of key: Via, or with ViaAll one of the three
+// by the key's number, so that every call of a key goes the same way.
+func (w *Workload) viaOf(key string) Via {
+	if w.Via != ViaAll {
+		return w.Via
+	}
+	n, _ := strconv.Atoi(strings.TrimPrefix(key, w.KeyPrefix))
+	return Via(n % 3)
 }
 
 // fn is the operation's function: reconcile on a takeover, fail now and
-// then, else act on the sink once and return the effect's value.
+// then, else act on the sink once and return the effect's value. a is nil
+// under Once, which gives no Attempt: fn then reconciles on every run.
 func (w *Workload) fn(ctx context.Context, rnd *rand.Rand, op *Op, s *Sink, key string, a *idem.Attempt) (string, error) {
-	op.Ran(a.Fence)
+	var fence int64
+	if a != nil {
+		fence = a.Fence
+	}
+	op.Ran(fence)
 	if w.OnRun != nil {
 		w.OnRun(ctx, key, a)
 	}
 	if d := time.Duration(rnd.Int64N(int64(w.Work) + 1)); d > 0 {
 		time.Sleep(d) // the function's own work, which ignores ctx as a side effect under way would
 	}
-	if a.Fence > 1 {
-		if v, ok := s.Lookup(key, a.Fence); ok {
+	if a == nil || fence > 1 {
+		if v, ok := s.Lookup(key, fence); ok {
 			return w.pad(v), nil
 		}
 	}
@@ -230,8 +272,8 @@ func (w *Workload) fn(ctx context.Context, rnd *rand.Rand, op *Op, s *Sink, key 
 	case 1:
 		return "", idem.Permanent(fmt.Errorf("verify: declined %s", key))
 	}
-	v := fmt.Sprintf("%s/%d/%d", key, a.Fence, op.ID())
-	if !s.Apply(op, key, a.Fence, v) {
+	v := fmt.Sprintf("%s/%d/%d", key, fence, op.ID())
+	if !s.Apply(op, key, fence, v) {
 		return "", errFenced
 	}
 	return w.pad(v), nil
@@ -287,4 +329,5 @@ func (w *Workload) Probe(ctx context.Context, g *idem.Guard, h *History, s *Sink
 	}
 	close(keys)
 	wg.Wait()
+	w.web.close()
 }

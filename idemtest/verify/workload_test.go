@@ -82,3 +82,31 @@ func TestWorkloadCatchesDataLoss(t *testing.T) {
 	require.Equal(t, r.Total(), r.FromLimits, "every violation is blamed on the restart")
 	require.Contains(t, r.Violations[0].String(), "restart without persistence")
 }
+
+// TestWorkloadVia runs the workload through the HTTP middleware, Once and
+// all three entry points (Do alone: the tests above): no violation on a
+// sound server, and the data loss of a FLUSHALL caught.
+func TestWorkloadVia(t *testing.T) {
+	for _, via := range []Via{ViaHTTP, ViaOnce, ViaAll} {
+		t.Run(via.String(), func(t *testing.T) {
+			t.Parallel()
+			_, gs := miniGuards(t, 2, idem.WithWait(time.Second), idem.WithObserver(Observer()))
+			w := &Workload{Guards: gs, Workers: 8, Keys: 100, KeyPrefix: "k", Payload: 100, Seed: 3, Via: via}
+			r := runFor(t, w, 1000, nil)
+			require.True(t, r.OK(), "%v", r.Violations)
+			require.Equal(t, 100, r.Probes)
+			require.Positive(t, r.Effects)
+			require.Less(t, r.Ran, r.Operations-r.Probes, "repeats replay")
+			require.Positive(t, r.Errors[KindPermanent], "permanent errors are stored and replayed")
+
+			m, gs := miniGuards(t, 2, idem.WithWait(time.Second), idem.WithObserver(Observer()))
+			w = &Workload{Guards: gs, Workers: 8, Keys: 50, KeyPrefix: "k", Seed: 4, Via: via}
+			r = runFor(t, w, 1200, func(h *History) {
+				h.AddFault(Fault{Name: "FLUSHALL", Limit: LimitRestart, Start: h.Now(), End: -1})
+				m.FlushAll()
+			})
+			require.Positive(t, r.Lost, "results lost by the FLUSHALL")
+			require.Equal(t, r.Total(), r.FromLimits)
+		})
+	}
+}
