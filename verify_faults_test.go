@@ -2,35 +2,59 @@
 
 package idem_test
 
-// Random fault schedules: a seed chooses a sequence of faults that the
-// repository makes on loopback (internal/redistest) while the randomised
-// workload of internal/verify calls Do from several goroutines through three
-// Guards; the history checker then verifies the invariants over the whole
-// history. The faults: network delay per direction and slow replies (the
-// proxy), replies lost after Redis executed a script (go-redis re-sends
-// it), Redis frozen (SIGSTOP) for up to several leases, a Redis restart that
-// keeps its data (SHUTDOWN SAVE, as with persistence), a holder frozen past
-// its lease while its side effect is under way, and a lease that Redis ends
-// early (its clock jumped forward), simulated by deleting the lease key
-// under the holder. With IDEM_VERIFY_LIMITS=1, Redis is also killed without
-// persistence: a documented limit, whose violations the report attributes
-// to it.
+// Random fault schedules: a seed chooses a topology, an entry point and a
+// sequence of faults that the repository makes on loopback
+// (internal/redistest) while the randomised workload of idemtest/verify
+// calls idem from several goroutines through three Guards; the history
+// checker then verifies the invariants over the whole history.
 //
-// In CI a few fixed seeds run for a few seconds each. The long run:
+// The seed chooses (seed%3) the topology: a standalone redis-server with
+// AOF (appendfsync everysec), a Sentinel deployment (a primary, two
+// replicas, three Sentinels) or a three-master Cluster; and ((seed/3)%4) the
+// entry point: Do, the HTTP middleware on a loopback server, Once, or each
+// key through one of the three. On Sentinel, (seed/12)%2 == 0 runs with
+// WithReplicaAck(1, 500ms), where no failover may lose a result (I3);
+// otherwise without acks, where a failover is a documented limit whose
+// violations the report attributes to it.
+//
+// The faults, by topology:
+//   - all: replies lost after Redis executed a script (go-redis re-sends
+//     it), a holder frozen past its lease while its side effect is under
+//     way, and a lease that Redis ends early (its clock jumped forward),
+//     simulated by deleting the lease key under the holder;
+//   - standalone (through a proxy): network delay per direction, slow
+//     replies, Redis frozen (SIGSTOP) for up to several leases, a restart
+//     that keeps its data (SHUTDOWN SAVE), and Redis killed (SIGKILL) and
+//     restarted from its AOF;
+//   - Sentinel: a failover with lagging replicas (the replicas frozen until
+//     the primary holds a MiB for each that they lack, the primary killed,
+//     a replica promoted; the first fault of every schedule), the primary
+//     or a replica frozen for less than Sentinel's down-after;
+//   - Cluster: a master frozen, a master restarted with its data.
+//
+// With IDEM_VERIFY_LIMITS=1, a standalone Redis runs without persistence
+// and is also killed: a documented limit, whose violations the report
+// attributes to it.
+//
+// In CI a few fixed seeds, covering every topology and entry point, run for
+// a few seconds each. The long run:
 //
 //	IDEM_VERIFY_LONG=1 [IDEM_VERIFY_SEED=42] [IDEM_VERIFY_DURATION=10m] go test -run TestRandomFaults -v -timeout 0 .
 //
-// prints the seed, the faults applied, the history's size, the checker's
-// time and the verdict. The schedule (which faults, when, for how long) is a
-// function of the seed, so a failing seed replays the same schedule; the
-// interleavings of the calls vary from run to run.
+// prints the seed, its topology and entry point, the faults applied, the
+// history's size, the checker's time and the verdict. The schedule (which
+// faults, when, for how long) is a function of the seed, so a failing seed
+// replays the same schedule; the interleavings of the calls vary from run
+// to run.
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -51,11 +75,17 @@ const (
 	rfLease  = 400 * time.Millisecond
 	rfWait   = 300 * time.Millisecond
 	rfPrefix = "rf"
+	rfMinLag = 1 << 20 // bytes each replica lacks when a Sentinel failover's primary dies
 )
+
+// rfCISeeds are CI's seeds: Sentinel with replica acks through Do (1),
+// Cluster through the middleware (5), standalone through Once (6) and
+// through all three (9).
+var rfCISeeds = []uint64{1, 5, 6, 9}
 
 func TestRandomFaults(t *testing.T) {
 	t.Parallel()
-	seeds, duration := []uint64{1, 2, 3}, 3*time.Second
+	seeds, duration := rfCISeeds, 3*time.Second
 	if os.Getenv("IDEM_VERIFY_LONG") == "1" {
 		seeds, duration = longRunConfig(t)
 	}
@@ -89,16 +119,35 @@ func longRunConfig(t *testing.T) ([]uint64, time.Duration) {
 	return seeds, duration
 }
 
+// A topology is the Redis deployment a schedule runs against.
+type topology int
+
+const (
+	standalone topology = iota
+	sentinel
+	cluster
+)
+
+func (tp topology) String() string {
+	return [...]string{"standalone", "sentinel", "cluster"}[tp]
+}
+
 // faultRig is what a schedule acts on.
 type faultRig struct {
 	t       *testing.T
+	topo    topology
+	acks    bool // Sentinel: WithReplicaAck(1, 500ms)
+	aof     bool // standalone: appendonly yes, appendfsync everysec
 	srv     *redistest.Server
 	proxy   *redistest.Proxy
+	fo      *redistest.Failover
+	cl      *redistest.Cluster
 	dropper *redistest.ReplyDropper
-	direct  *redis.Client // to the server, not through the proxy
+	direct  redis.UniversalClient // to the deployment, without the proxy and the dropper
 	h       *verify.History
 	w       *verify.Workload
 	limits  bool
+	faults  int // faults applied so far
 
 	jumps   atomic.Int32 // leases to end early, at the next runs
 	freezes atomic.Int32 // holders to freeze, at the next runs
@@ -110,17 +159,57 @@ func matchScripts(args []string) bool {
 	return len(args) > 0 && (strings.EqualFold(args[0], "EVALSHA") || strings.EqualFold(args[0], "EVAL"))
 }
 
-func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
-	srv := redistest.Start(t)
+// newFaultRig starts the deployment that seed chooses.
+func newFaultRig(t *testing.T, seed uint64) *faultRig {
 	r := &faultRig{
-		t: t, srv: srv, proxy: redistest.StartProxy(t, srv.Addr()),
-		dropper: redistest.NewReplyDropper(matchScripts, 0), direct: srv.Client(t),
-		h: verify.NewHistory(), limits: os.Getenv("IDEM_VERIFY_LIMITS") == "1", applied: map[string]int{},
+		t: t, topo: topology(seed % 3), acks: (seed/12)%2 == 0,
+		dropper: redistest.NewReplyDropper(matchScripts, 0),
+		h:       verify.NewHistory(), limits: os.Getenv("IDEM_VERIFY_LIMITS") == "1", applied: map[string]int{},
 	}
-	prefix := rfPrefix
+	switch r.topo {
+	case standalone:
+		var opts []redistest.Option
+		if r.aof = !r.limits; r.aof {
+			opts = append(opts, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "everysec"))
+		}
+		r.srv = redistest.Start(t, opts...)
+		r.proxy = redistest.StartProxy(t, r.srv.Addr())
+		r.direct = r.srv.Client(t)
+	case sentinel:
+		r.fo = redistest.StartFailover(t)
+		r.direct = r.fo.Client(t)
+	case cluster:
+		r.cl = redistest.StartCluster(t)
+		r.direct = r.cl.Client(t)
+	}
+	return r
+}
+
+// describe names the deployment and what the schedule checks there.
+func (r *faultRig) describe() string {
+	switch {
+	case r.topo == standalone && r.aof:
+		return "standalone, AOF everysec"
+	case r.topo == standalone:
+		return "standalone, no persistence"
+	case r.topo == sentinel && r.acks:
+		return "sentinel, WithReplicaAck(1, 500ms)"
+	case r.topo == sentinel:
+		return "sentinel, no replica acks"
+	}
+	return r.topo.String()
+}
+
+// limited reports whether the schedule applies documented limits, whose
+// violations are expected.
+func (r *faultRig) limited() bool { return r.limits || (r.topo == sentinel && !r.acks) }
+
+func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
+	r := newFaultRig(t, seed)
 	w := &verify.Workload{
-		Guards: r.guards(prefix), Workers: 12, Keys: 1_000_000, KeyPrefix: "k", Payload: 128, Rate: 2000,
+		Guards: r.guards(), Workers: 12, Keys: 1_000_000, KeyPrefix: "k", Payload: 128, Rate: 2000,
 		Work: 20 * time.Millisecond, Timeout: 3 * time.Second, Seed: seed, OnRun: r.onRun,
+		Via: verify.Via((seed / 3) % 4),
 	}
 	r.w = w
 	sink := verify.NewSink(r.h)
@@ -131,20 +220,22 @@ func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
 		w.Run(ctx, r.h, sink)
 	}()
 	rnd := mrand.New(mrand.NewPCG(seed, 0))
-	for end := time.Now().Add(duration); time.Now().Before(end); {
+	t0 := time.Now()
+	for end := t0.Add(duration); time.Now().Before(end); {
 		r.fault(rnd)
 		time.Sleep(time.Duration(50+rnd.IntN(250)) * time.Millisecond) // quiet between faults
 	}
 	cancel()
 	<-done
-	probe := idem.New(idem.NewRedisStore(r.direct, idem.WithPrefix(prefix)), quietLogger(),
-		idem.WithLease(rfLease), idem.WithWait(rfLease+rfWait+time.Second))
+	ran := time.Since(t0)
+	probe := idem.New(idem.NewRedisStore(r.direct, idem.WithPrefix(rfPrefix)), quietLogger(),
+		idem.WithLease(rfLease), idem.WithWait(rfLease+rfWait+time.Second), idem.WithObserver(verify.Observer()))
 	w.Probe(context.Background(), probe, r.h, sink)
 
 	rep := verify.Check(r.h)
 	calls, effects := r.h.Len()
-	t.Logf("seed %d: %v, faults %v; history %d calls, %d effects (%d fenced off), %d keys; checker %v; %d violation(s)",
-		seed, duration, r.applied, calls, effects, rep.Fenced, w.KeysUsed(), rep.CheckTime, rep.Total())
+	t.Logf("seed %d: %s, via %v: %v, %d faults %v; history %d calls, %d effects (%d fenced off), %d keys; checker %v; %d violation(s)",
+		seed, r.describe(), w.Via, ran.Round(100*time.Millisecond), r.faults, r.applied, calls, effects, rep.Fenced, w.KeysUsed(), rep.CheckTime, rep.Total())
 	t.Logf("seed %d: errors %v; p50 %v, p99 %v", seed, rep.Errors, rep.P50, rep.P99)
 	require.Positive(t, rep.Effects, "the workload acted")
 	for i, v := range rep.Violations {
@@ -153,28 +244,49 @@ func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
 		}
 		t.Logf("seed %d: %s", seed, v)
 	}
-	if r.limits {
-		// Killing Redis without persistence loses records: violations are
-		// expected, and each must be blamed on that limit.
+	if r.limited() {
+		// A failover without replica acks or a kill without persistence
+		// loses records: violations are expected, and each must be blamed
+		// on its limit.
+		t.Logf("seed %d: %d violation(s), %d from documented limits", seed, rep.Total(), rep.FromLimits)
 		require.Equal(t, rep.Total(), rep.FromLimits, "seed %d: violations outside the documented limits", seed)
 		return
 	}
 	require.True(t, rep.OK(), "seed %d: %d violation(s); replay with IDEM_VERIFY_LONG=1 IDEM_VERIFY_SEED=%d", seed, rep.Total(), seed)
 }
 
-// guards returns three Guards through the proxy and the dropper, on two
-// clients: one with go-redis's timeouts, one honouring context deadlines.
-func (r *faultRig) guards(prefix string) []*idem.Guard {
+// guards returns three Guards, through the dropper (and on standalone the
+// proxy): one with go-redis's timeouts, one honouring context deadlines.
+func (r *faultRig) guards() []*idem.Guard {
 	var gs []*idem.Guard
 	for i := range 3 {
-		o := &redis.Options{
-			Addr: r.proxy.Addr(), Dialer: r.dropper.Dial, MaxRetries: 2,
-			DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-			ContextTimeoutEnabled: i == 1,
+		var c redis.UniversalClient
+		switch r.topo {
+		case standalone:
+			c = redis.NewClient(&redis.Options{
+				Addr: r.proxy.Addr(), Dialer: r.dropper.Dial, MaxRetries: 2,
+				DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
+				ContextTimeoutEnabled: i == 1,
+			})
+		case sentinel:
+			o := r.fo.FailoverOptions()
+			o.Dialer, o.MaxRetries = r.dropper.Dial, 2
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, time.Second, time.Second
+			o.ContextTimeoutEnabled = i == 1
+			c = redis.NewFailoverClient(o)
+		case cluster:
+			o := r.cl.Options()
+			o.Dialer, o.MaxRetries = r.dropper.Dial, 2
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, time.Second, time.Second
+			o.ContextTimeoutEnabled = i == 1
+			c = redis.NewClusterClient(o)
 		}
-		c := redis.NewClient(o)
 		r.t.Cleanup(func() { _ = c.Close() })
-		gs = append(gs, idem.New(idem.NewRedisStore(c, idem.WithPrefix(prefix)), quietLogger(),
+		opts := []idem.RedisOption{idem.WithPrefix(rfPrefix)}
+		if r.topo == sentinel && r.acks {
+			opts = append(opts, idem.WithReplicaAck(1, 500*time.Millisecond))
+		}
+		gs = append(gs, idem.New(idem.NewRedisStore(c, opts...), quietLogger(), idem.WithObserver(verify.Observer()),
 			idem.WithLease(rfLease), idem.WithWait(rfWait), idem.WithWriteTimeout(time.Second)))
 	}
 	return gs
@@ -191,7 +303,11 @@ func (r *faultRig) onRun(ctx context.Context, key string, a *idem.Attempt) {
 	}
 	// Redis ends the lease (its clock jumped, or the frozen holder could
 	// not renew it), and a client retries the key at once.
-	_, lease := idem.NewRedisStore(nil, idem.WithPrefix(rfPrefix)).Keys(a.ID)
+	id := idem.OperationID(idem.KindOnce, "", key) // Once gives fn no Attempt
+	if a != nil {
+		id = a.ID
+	}
+	_, lease := idem.NewRedisStore(nil, idem.WithPrefix(rfPrefix)).Keys(id)
 	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = r.direct.Del(dctx, lease).Err()
 	cancel()
@@ -219,55 +335,173 @@ func hold(rnd *mrand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rnd.Int64N(int64(hi-lo)))
 }
 
+// A fault is one fault of a schedule: apply it, hold it for d, heal it.
+type fault struct {
+	kind, name, limit string
+	apply, heal       func()
+	d                 time.Duration
+}
+
 // fault applies one fault chosen by rnd, holds it, and heals it, recording
 // its interval in the history.
 func (r *faultRig) fault(rnd *mrand.Rand) {
-	kinds := 7
-	if r.limits {
+	f := r.common(rnd)
+	if f == nil {
+		switch r.topo {
+		case standalone:
+			f = r.standaloneFault(rnd)
+		case sentinel:
+			f = r.sentinelFault(rnd)
+		case cluster:
+			f = r.clusterFault(rnd)
+		}
+	}
+	if f.d == 0 {
+		f.d = hold(rnd, 100*time.Millisecond, 600*time.Millisecond)
+	}
+	r.faults++
+	r.applied[f.kind]++
+	end := r.h.StartFault(f.name, f.limit)
+	f.apply()
+	time.Sleep(f.d) // the fault's duration, chosen by the schedule
+	f.heal()
+	end()
+}
+
+// common returns, one time in two, a fault every topology has, else nil.
+// A Sentinel schedule starts with its failover instead.
+func (r *faultRig) common(rnd *mrand.Rand) *fault {
+	if (r.topo == sentinel && r.faults == 0) || rnd.IntN(2) == 0 {
+		return nil
+	}
+	switch rnd.IntN(3) {
+	case 0:
+		n := 1 + rnd.IntN(3)
+		return &fault{kind: "lost replies", name: fmt.Sprintf("lost replies: %d script replies dropped after execution", n),
+			apply: func() { r.dropper.Arm(n) }, heal: func() { r.dropper.Arm(0) }}
+	case 1:
+		n := int32(1 + rnd.IntN(2))
+		return &fault{kind: "clock jump", name: fmt.Sprintf("Redis clock jump: %d leases ended under their holders", n),
+			apply: func() { r.jumps.Store(n) }, heal: func() { r.jumps.Store(0) }}
+	default:
+		n := int32(1 + rnd.IntN(2))
+		return &fault{kind: "holder frozen", name: fmt.Sprintf("%d holders frozen past their lease", n),
+			apply: func() { r.freezes.Store(n) }, heal: func() { r.freezes.Store(0) }}
+	}
+}
+
+func (r *faultRig) standaloneFault(rnd *mrand.Rand) *fault {
+	kinds := 4
+	if r.aof || r.limits {
 		kinds++
 	}
-	var (
-		kind, name  string
-		limit       string
-		apply, heal func()
-		d           = hold(rnd, 100*time.Millisecond, 600*time.Millisecond)
-	)
 	switch rnd.IntN(kinds) {
 	case 0:
 		up, down := hold(rnd, 0, 50*time.Millisecond), hold(rnd, 0, 50*time.Millisecond)
-		kind, name = "network delay", fmt.Sprintf("network delay up %v down %v", up.Round(time.Millisecond), down.Round(time.Millisecond))
-		apply, heal = func() { r.proxy.SetDelay(up, down) }, func() { r.proxy.SetDelay(0, 0) }
+		return &fault{kind: "network delay", name: fmt.Sprintf("network delay up %v down %v", up.Round(time.Millisecond), down.Round(time.Millisecond)),
+			apply: func() { r.proxy.SetDelay(up, down) }, heal: func() { r.proxy.SetDelay(0, 0) }}
 	case 1:
 		late, n := hold(rnd, rfLease/2, 2*rfLease), 1+rnd.IntN(4)
-		kind, name = "slow replies", fmt.Sprintf("slow replies: %d script replies %v late", n, late.Round(time.Millisecond))
-		apply, heal = func() { r.proxy.DelayReplies(matchScripts, late, n) }, r.proxy.ClearRules
+		return &fault{kind: "slow replies", name: fmt.Sprintf("slow replies: %d script replies %v late", n, late.Round(time.Millisecond)),
+			apply: func() { r.proxy.DelayReplies(matchScripts, late, n) }, heal: r.proxy.ClearRules}
 	case 2:
-		n := 1 + rnd.IntN(3)
-		kind, name = "lost replies", fmt.Sprintf("lost replies: %d script replies dropped after execution", n)
-		apply, heal = func() { r.dropper.Arm(n) }, func() { r.dropper.Arm(0) }
+		d := hold(rnd, 50*time.Millisecond, 3*rfLease)
+		return &fault{kind: "Redis frozen", name: fmt.Sprintf("Redis frozen (SIGSTOP) for %v", d.Round(time.Millisecond)),
+			apply: func() { r.srv.Pause(r.t) }, heal: func() { r.srv.Resume(r.t) }, d: d}
 	case 3:
-		d = hold(rnd, 50*time.Millisecond, 3*rfLease)
-		kind, name = "Redis frozen", fmt.Sprintf("Redis frozen (SIGSTOP) for %v", d.Round(time.Millisecond))
-		apply, heal = func() { r.srv.Pause(r.t) }, func() { r.srv.Resume(r.t) }
-	case 4:
-		kind, name = "Redis restart", "Redis restarted with its data (SHUTDOWN SAVE)"
-		apply, heal = func() { r.srv.Stop(r.t) }, func() { r.srv.Restart(r.t) }
-	case 5:
-		n := int32(1 + rnd.IntN(2))
-		kind, name = "clock jump", fmt.Sprintf("Redis clock jump: %d leases ended under their holders", n)
-		apply, heal = func() { r.jumps.Store(n) }, func() { r.jumps.Store(0) }
-	case 6:
-		n := int32(1 + rnd.IntN(2))
-		kind, name = "holder frozen", fmt.Sprintf("%d holders frozen past their lease", n)
-		apply, heal = func() { r.freezes.Store(n) }, func() { r.freezes.Store(0) }
-	default:
-		kind, name, limit = "Redis killed", "Redis killed and restarted without persistence", verify.LimitRestart
-		apply, heal = func() { r.srv.Kill(r.t) }, func() { r.srv.Restart(r.t) }
+		return &fault{kind: "Redis restart", name: "Redis restarted with its data (SHUTDOWN SAVE)",
+			apply: func() { r.srv.Stop(r.t) }, heal: func() { r.srv.Restart(r.t) }}
 	}
-	r.applied[kind]++
-	end := r.h.StartFault(name, limit)
-	apply()
-	time.Sleep(d) // the fault's duration, chosen by the schedule
-	heal()
-	end()
+	if r.aof {
+		return &fault{kind: "Redis killed, AOF", name: "Redis killed (SIGKILL) and restarted from its AOF (everysec)",
+			apply: func() { r.srv.Kill(r.t) }, heal: func() { r.srv.Restart(r.t) }}
+	}
+	return &fault{kind: "Redis killed", name: "Redis killed and restarted without persistence", limit: verify.LimitRestart,
+		apply: func() { r.srv.Kill(r.t) }, heal: func() { r.srv.Restart(r.t) }}
+}
+
+func (r *faultRig) sentinelFault(rnd *mrand.Rand) *fault {
+	k := rnd.IntN(4)
+	if r.faults == 0 {
+		k = 0
+	}
+	switch k {
+	case 0:
+		f := &fault{kind: "failover", name: "Sentinel failover with lagging replicas", d: time.Millisecond}
+		if !r.acks {
+			f.limit = verify.LimitFailover
+		}
+		var old *redistest.Server
+		f.apply = func() { old = r.failover() }
+		f.heal = func() { old.Restart(r.t) } // Sentinel makes it a replica of the new primary
+		return f
+	case 1:
+		d := hold(rnd, 50*time.Millisecond, time.Second) // below Sentinel's down-after
+		var p *redistest.Server
+		return &fault{kind: "primary frozen", name: fmt.Sprintf("primary frozen (SIGSTOP) for %v", d.Round(time.Millisecond)),
+			apply: func() { p = r.fo.Primary(r.t); p.Pause(r.t) }, heal: func() { p.Resume(r.t) }, d: d}
+	default:
+		d := hold(rnd, 50*time.Millisecond, time.Second)
+		var p *redistest.Server
+		return &fault{kind: "replica frozen", name: fmt.Sprintf("a replica frozen (SIGSTOP) for %v", d.Round(time.Millisecond)),
+			apply: func() { p = r.fo.Replicas(r.t)[rnd.IntN(2)]; p.Pause(r.t) }, heal: func() { p.Resume(r.t) }, d: d}
+	}
+}
+
+// failover freezes both replicas until the primary holds rfMinLag bytes
+// for each that they lack, kills the primary while the workload runs,
+// resumes the replicas and waits until Sentinel promoted one. It returns
+// the old primary, killed.
+func (r *faultRig) failover() *redistest.Server {
+	t := r.t
+	old := r.fo.Primary(t)
+	replicas := r.fo.Replicas(t)
+	require.Len(t, replicas, 2)
+	for _, n := range replicas {
+		n.Pause(t)
+	}
+	c := redis.NewClient(old.Options())
+	defer c.Close()
+	value := make([]byte, 64<<10)
+	for i, deadline := 0, time.Now().Add(10*time.Second); ; i++ {
+		require.NoError(t, c.Set(context.Background(), fmt.Sprintf("junk:%d", i), value, 10*time.Second).Err())
+		if i%4 != 3 {
+			continue
+		}
+		unsent := old.Unsent(t)
+		if len(unsent) == 2 && slices.Min(slices.Collect(maps.Values(unsent))) >= rfMinLag+64<<10 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "replicas not %d bytes behind: %v", rfMinLag, unsent)
+	}
+	time.Sleep(300 * time.Millisecond) // traffic against the lone primary
+	old.Kill(t)
+	for _, n := range replicas {
+		n.Resume(t)
+	}
+	r.fo.WaitFailover(t, old, 30*time.Second)
+	return old
+}
+
+func (r *faultRig) clusterFault(rnd *mrand.Rand) *fault {
+	n := r.cl.Nodes()[rnd.IntN(3)]
+	if rnd.IntN(3) == 0 {
+		return &fault{kind: "master restart", name: fmt.Sprintf("master %s restarted with its data (SHUTDOWN SAVE)", n.Addr()),
+			apply: func() { n.Stop(r.t) }, heal: func() { n.Restart(r.t); r.clusterOK(n) }}
+	}
+	d := hold(rnd, 50*time.Millisecond, 3*rfLease) // below the cluster's node timeout
+	return &fault{kind: "master frozen", name: fmt.Sprintf("master %s frozen (SIGSTOP) for %v", n.Addr(), d.Round(time.Millisecond)),
+		apply: func() { n.Pause(r.t) }, heal: func() { n.Resume(r.t) }, d: d}
+}
+
+// clusterOK waits until n, restarted, reports cluster_state:ok: a master
+// refuses commands (CLUSTERDOWN) for two seconds after it restarts, and
+// the fault lasts until then.
+func (r *faultRig) clusterOK(n *redistest.Server) {
+	c := redis.NewClient(n.Options())
+	defer c.Close()
+	require.Eventually(r.t, func() bool {
+		info, err := c.ClusterInfo(context.Background()).Result()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	}, 20*time.Second, 20*time.Millisecond, "master %s not back in the cluster", n.Addr())
 }
