@@ -454,6 +454,7 @@ func (r *faultRig) sentinelFault(rnd *mrand.Rand) *fault {
 // the old primary, killed.
 func (r *faultRig) failover() *redistest.Server {
 	t := r.t
+	r.replicasInSync() // after an earlier failover
 	old := r.fo.Primary(t)
 	replicas := r.fo.Replicas(t)
 	require.Len(t, replicas, 2)
@@ -481,6 +482,23 @@ func (r *faultRig) failover() *redistest.Server {
 	}
 	r.fo.WaitFailover(t, old, 30*time.Second)
 	return old
+}
+
+// replicasInSync waits until the primary has both replicas in sync, as
+// they are again a while after a failover.
+func (r *faultRig) replicasInSync() {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		online := 0
+		for _, rs := range r.fo.Primary(r.t).Replication(r.t).Replicas {
+			if rs.State == "online" {
+				online++
+			}
+		}
+		if online == 2 {
+			return
+		}
+		require.True(r.t, time.Now().Before(deadline), "the replicas did not resync after a failover")
+	}
 }
 
 func (r *faultRig) clusterFault(rnd *mrand.Rand) *fault {
