@@ -60,10 +60,11 @@ func (s *RedisStore) run(ctx context.Context, c *scriptCall) *redis.Cmd {
 		cmd.SetErr(err)
 		return cmd
 	}
-	cmd := s.send(ctx, ap, c.cmd(ctx, false))
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = s.send(ctx, ap, c.cmd(ctx, true))
+	cmd, abandoned := s.send(ctx, ap, c.cmd(ctx, false))
+	if err := cmd.Err(); !abandoned && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd, abandoned = s.send(ctx, ap, c.cmd(ctx, true))
 	}
+	c.running = abandoned
 	return cmd
 }
 

@@ -46,11 +46,11 @@ func WithAutoPipeline() RedisOption {
 // send runs cmd on the client or, when ap is not nil, on the
 // auto-pipeliner, and returns the command that holds the outcome: cmd, or
 // a command carrying ctx's error when ctx ended first (cmd may still run,
-// and must not be read).
-func (s *RedisStore) send(ctx context.Context, ap *redis.AutoPipeliner, cmd *redis.Cmd) *redis.Cmd {
+// and must not be read; abandoned is then true).
+func (s *RedisStore) send(ctx context.Context, ap *redis.AutoPipeliner, cmd *redis.Cmd) (out *redis.Cmd, abandoned bool) {
 	if ap == nil {
 		_ = s.c.Process(ctx, cmd)
-		return cmd
+		return cmd, false
 	}
 	err := ctx.Err()
 	if err == nil {
@@ -59,9 +59,9 @@ func (s *RedisStore) send(ctx context.Context, ap *redis.AutoPipeliner, cmd *red
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		out := redis.NewCmd(ctx)
 		out.SetErr(err)
-		return out
+		return out, true
 	}
-	return cmd
+	return cmd, false
 }
 
 // pipeline is the auto-pipeliner of a store's client, obtained at the first

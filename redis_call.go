@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,16 +31,24 @@ func newDirectScript(src string) *luaScript {
 // allocation. go-redis boxes every argument into an interface, which costs
 // an allocation per string; a call instead hands it pointers into itself
 // (free to box), which go-redis writes by MarshalBinary and prints, in a
-// hook or a log line, by String. A call is built, run once and dropped.
+// hook or a log line, by String. A call is built and run once; the hot
+// paths (claims and completions) then hand it back with done, to be reused.
 type scriptCall struct {
 	script *luaScript
 	argv   [12]any // evalsha, sha, numkeys, keys, arguments
 	n      int
 	texts  [6]callText
 	nt     int
-	b      []byte // buf, until a long prefix or argument outgrows it
-	buf    [128]byte
+	// running: a command of the call may still be written after its
+	// caller stopped waiting for it (WithAutoPipeline, a context that
+	// ended first), so the call must not be reused.
+	running bool
+	b       []byte // buf, until a long prefix or argument outgrows it
+	buf     [128]byte
 }
+
+// scriptCalls are the calls handed back by done.
+var scriptCalls = sync.Pool{New: func() any { return new(scriptCall) }}
 
 // callText is a key or a text argument of a scriptCall.
 type callText struct{ b []byte }
@@ -54,7 +63,8 @@ func (t *callText) String() string { return string(t.b) }
 // call starts a run of script on the operation id, with its record key, its
 // lease key, or both (in that order) as the script's keys.
 func (s *RedisStore) call(script *luaScript, id string, record, lease bool) *scriptCall {
-	c := &scriptCall{script: script, n: 3}
+	c := scriptCalls.Get().(*scriptCall)
+	c.script, c.n, c.nt, c.running = script, 3, 0, false
 	c.b = c.buf[:0]
 	c.argv[0], c.argv[1] = "evalsha", script.sha
 	// One run of bytes holds both keys: "<prefix>:{<id>}:l" and, without
@@ -96,6 +106,21 @@ func (c *scriptCall) bytes(b []byte) {
 func (c *scriptCall) arg(v any) {
 	c.argv[c.n] = v
 	c.n++
+}
+
+// done hands the call back for reuse once its command has run and its reply
+// was read: nothing refers to its arguments any more, unless a command of
+// it may still be sent (running), when it is left to the collector.
+func (c *scriptCall) done() {
+	if c.running {
+		return
+	}
+	clear(c.argv[:c.n]) // a payload argument refers to the caller's bytes
+	clear(c.texts[:c.nt])
+	if cap(c.b) > len(c.buf) {
+		c.b = nil // outgrown: not kept
+	}
+	scriptCalls.Put(c)
 }
 
 // firstKey returns the first key of the call.

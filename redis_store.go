@@ -217,6 +217,7 @@ func (s *RedisStore) Claim(ctx context.Context, id string, r idemstore.ClaimRequ
 	}
 	cmd, ackErr := s.eval(ctx, c)
 	v, err := cmd.Result()
+	c.done() // the reply holds no part of the call
 	if err != nil {
 		return idemstore.ClaimResult{}, err
 	}
@@ -281,6 +282,7 @@ func (s *RedisStore) Complete(ctx context.Context, id, owner string, payload []b
 	c.text(format)
 	cmd, ackErr := s.eval(ctx, c)
 	n, err := cmd.Int64()
+	c.done()
 	return acked(s.published(ctx, n, err), ackErr)
 }
 

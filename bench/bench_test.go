@@ -30,7 +30,8 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{"## Targets", "round trips per fresh Do", "duplicate side effects with idem", "gRPC: round trips per replay",
 		"allocations per Do replay", "allocations per fresh Do", "allocations g.Middleware adds per fresh request",
 		"wake-up lag after completion", "commands sent by a waiter", "without SPUBLISH", "Sealing: WithSealer vs plain",
-		"auto-pipelining: duplicate side effects", "Auto-pipelining: g.Middleware"} {
+		"auto-pipelining: duplicate side effects", "Auto-pipelining: g.Middleware",
+		"idem.Do replays with WithAutoPipeline / the GET-first lock pattern's", "idem.Do fresh with WithAutoPipeline / go-redsync"} {
 		require.Contains(t, string(md), want)
 	}
 	require.NotContains(t, string(md), "not measured")

@@ -91,18 +91,18 @@ func (r *report) capacity() string {
 		row("fresh operations per second one Redis core serves (10⁶ / CPU µs)", perCore(fresh.srvUsecPerOp()), perCore(raw.srvUsecPerOp()), "", cl)
 		row("replays per second one Redis core serves", perCore(replay.srvUsecPerOp()), perCore(get.srvUsecPerOp()), "", cl)
 	}
-	if p := r.peers; p != nil && len(p.goFresh) > 1 {
+	if p := r.peers; p != nil && len(p.goFresh) > goPeerIdems && len(p.goReplay) == len(p.goFresh) {
 		var f, rp []string
-		for i, v := range p.goFresh[1:] {
+		for i, v := range p.goFresh[goPeerIdems:] {
 			f = append(f, fmt.Sprintf("%s %s", strings.SplitN(v.name, ":", 2)[0], fmtF(v.srvUsecPerOp(), 1)))
-			if i+1 < len(p.goReplay) {
-				rp = append(rp, fmt.Sprintf("%s %s", strings.SplitN(p.goReplay[i+1].name, ":", 2)[0], fmtF(p.goReplay[i+1].srvUsecPerOp(), 1)))
-			}
+			w := p.goReplay[goPeerIdems+i]
+			rp = append(rp, fmt.Sprintf("%s %s", strings.SplitN(w.name, ":", 2)[0], fmtF(w.srvUsecPerOp(), 1)))
 		}
-		row("Redis CPU per fresh operation, µs, against the alternatives", fmtF(p.goFresh[0].srvUsecPerOp(), 1), strings.Join(f, "; "), "", "§7")
-		if len(p.goReplay) > 0 {
-			row("Redis CPU per replay, µs, against the alternatives", fmtF(p.goReplay[0].srvUsecPerOp(), 1), strings.Join(rp, "; "), "", "§7")
+		idem := func(vs []*variant) string {
+			return fmt.Sprintf("%s (WithAutoPipeline: %s)", fmtF(vs[0].srvUsecPerOp(), 1), fmtF(vs[1].srvUsecPerOp(), 1))
 		}
+		row("Redis CPU per fresh operation, µs, against the alternatives", idem(p.goFresh), strings.Join(f, "; "), "", "§7")
+		row("Redis CPU per replay, µs, against the alternatives", idem(p.goReplay), strings.Join(rp, "; "), "", "§7")
 	}
 	for _, m := range r.mem {
 		if m.how != "idem.Do, []byte result, text" && !(m.how == "idem.Do, []byte result, random bytes" && m.body > 1024) {

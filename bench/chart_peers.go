@@ -24,7 +24,7 @@ func (r *report) peersPlot() *plot.Plot {
 	for i := range n {
 		fresh[i], replay[i] = d.goFresh[i].opsPerSec(), d.goReplay[i].opsPerSec()
 		name := strings.SplitN(d.goFresh[i].name, ":", 2)[0]
-		labels[i] = fmt.Sprintf("%s\nfresh %.0f RT, replay %.0f RT", name, d.goFresh[i].rtPerOp(), d.goReplay[i].rtPerOp())
+		labels[i] = fmt.Sprintf("%s\nfresh %s RT, replay %s RT", name, fmtRT(d.goFresh[i].rtPerOp()), fmtRT(d.goReplay[i].rtPerOp()))
 	}
 	bf, br, err := barPair(fresh, replay, 12, colIdem, colIdem2)
 	if err != nil {
@@ -45,6 +45,15 @@ func (r *report) peersPlot() *plot.Plot {
 	p.X.Label.Text = "ops/s"
 	p.Add(plotter.NewGrid())
 	return p
+}
+
+// fmtRT renders round trips per operation: whole for a plain client, two
+// decimals for an auto-pipelined one (a batch is one round trip).
+func fmtRT(x float64) string {
+	if x == float64(int(x)) {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmtF(x, 2)
 }
 
 // peersHTTPPlot shows what share of its own bare handler's throughput each

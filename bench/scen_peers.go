@@ -33,6 +33,8 @@ import (
 // unlock), the same with a GET before the lock (gofiber's order), and
 // gofiber v2's idempotency middleware on its Redis storage with its default
 // in-process lock or a Redis lock — measured interleaved in the same run.
+// idem.Do runs twice: as is and with WithAutoPipeline (each on its own
+// client, like every approach).
 
 // lockTTL is how long the lock patterns hold their lock at most: idem's
 // default lease.
@@ -145,13 +147,18 @@ type goPeer struct {
 }
 
 // goPeerKinds are the approaches measured through their Go API; kind names
-// index newGoPeer.
-var goPeerKinds = []string{"idem", "redislock", "redsync", "getfirst"}
+// index newGoPeer. idem's come first: idem.Do, then idem.Do with
+// WithAutoPipeline (goPeerIdems of them).
+var goPeerKinds = []string{"idem", "idempipe", "redislock", "redsync", "getfirst"}
 
-var goPeerTags = map[string]string{"idem": "i", "redislock": "l", "redsync": "s", "getfirst": "g"}
+// goPeerIdems is how many of goPeerKinds are idem's.
+const goPeerIdems = 2
+
+var goPeerTags = map[string]string{"idem": "i", "idempipe": "a", "redislock": "l", "redsync": "s", "getfirst": "g"}
 
 var goPeerNames = map[string]string{
 	"idem":      "idem.Do",
+	"idempipe":  "idem.Do, WithAutoPipeline",
 	"redislock": "bsm/redislock: lock, GET, run, SET, unlock",
 	"redsync":   "go-redsync: lock, GET, run, SET, unlock",
 	"getfirst":  "bsm/redislock, GET first: GET, lock, GET, run, SET, unlock",
@@ -200,8 +207,11 @@ func newGoPeer(e *env, kind string, c redis.UniversalClient, prefix string, effe
 		effects.Add(1)
 		return thePayment
 	}
-	if kind == "idem" {
+	if kind == "idem" || kind == "idempipe" {
 		g := e.guard(c, prefix)
+		if kind == "idempipe" {
+			g = pipeGuard(c, prefix)
+		}
 		fn := func(ctx context.Context, a *idem.Attempt) (payment, error) { return run(), nil }
 		p.do = func(ctx context.Context, key string) (payment, error) { return idem.Do(ctx, g, key, theReq, fn) }
 		return p
@@ -380,7 +390,7 @@ func (s *peerServer) want201(ctx context.Context, key string) error {
 
 // peersData is what the chart and the capacity summary take from scenario 7.
 type peersData struct {
-	goFresh, goReplay []*variant // goPeerKinds order; [0] is idem.Do
+	goFresh, goReplay []*variant // goPeerKinds order; [0] is idem.Do, [1] with WithAutoPipeline
 	httpPairs         [][2]*variant
 }
 
@@ -425,6 +435,7 @@ func runPeers(ctx context.Context, e *env) error {
 			data.goFresh = vs
 		}
 	}
+	peerTargets(e, clients, data)
 
 	// HTTP: each middleware against a bare handler on its own server.
 	progress("scenario 7b: HTTP middlewares over their own bare handler, %d clients", clients)
@@ -508,7 +519,8 @@ func peersGoNote(e *env, clients int, cfg *config) string {
 		"(`INFO cpu`) over the measured rounds divided by the operations. The lock patterns are what a team writes around a lock library: "+
 		"lock `<k>:l` (redislock: a Lua `SET NX PX`; redsync: `SET NX PX`), `GET <k>`, and if absent run the function, `SET <k> <JSON> PX`, "+
 		"unlock (a compare-and-delete script), retrying a held lock after a random 1–5 ms; the GET-first row adds a `GET` before the lock, as gofiber's middleware does, so that a "+
-		"replay is one plain `GET`. All store and decode the same JSON result. \"idem ÷ this\" is idem.Do's throughput over the row's.",
+		"replay is one plain `GET`. All store and decode the same JSON result. idem.Do runs as is and with WithAutoPipeline "+
+		"(its store's scripts through the client's auto-pipeliner, §12). \"idem.Do ÷ this\" is idem.Do's throughput over the row's, and the next column the same with the option.",
 		clients, cfg.rounds, cfg.duration/time.Duration(cfg.rounds))
 }
 
@@ -640,22 +652,46 @@ func peerHTTPVariants(ctx context.Context, e *env, clients int) ([][2]*variant, 
 	}, nil
 }
 
-// peerTable renders approaches (the first is idem.Do) with idem's throughput
-// over each one's.
+// peerTable renders approaches (idem's first, goPeerIdems of them) with
+// each idem variant's throughput over each row's.
 func peerTable(vs []*variant) string {
 	var b strings.Builder
-	b.WriteString("| approach | ops/s (median) | idem ÷ this | p50 | p99 | RT/op | Redis CPU µs/op | allocs/op | client CPU µs/op | errors |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| approach | ops/s (median) | idem.Do ÷ this | idem.Do, WithAutoPipeline ÷ this | p50 | p99 | RT/op | Redis CPU µs/op | allocs/op | client CPU µs/op | errors |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, v := range vs {
-		rel := "—"
-		if i > 0 {
-			rel = fmt.Sprintf("**%.2f×**", ratio(vs[0], v))
+		var rel [goPeerIdems]string
+		for j := range rel {
+			rel[j] = "—"
+			if i != j && j < len(vs) {
+				rel[j] = fmt.Sprintf("**%.2f×**", ratio(vs[j], v))
+			}
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d |\n", v.name, v.opsPerSec(), rel,
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", v.name, v.opsPerSec(), rel[0], rel[1],
 			fmtDur(v.lat.quantile(0.5)), fmtDur(v.lat.quantile(0.99)), fmtF(v.rtPerOp(), 2), fmtF(v.srvUsecPerOp(), 1),
 			fmtF(v.allocsPerOp(), 0), fmtF(v.cliUsecPerOp(), 1), v.errs)
 	}
 	return b.String()
+}
+
+// peerTargets records the auto-pipelining issue's targets against the
+// alternatives: with WithAutoPipeline, idem's replays at least as fast as
+// the GET-first lock pattern's, and its fresh operations at least 1.5× every
+// lock pattern's.
+func peerTargets(e *env, clients int, d *peersData) {
+	if len(d.goFresh) != len(goPeerKinds) || len(d.goReplay) != len(goPeerKinds) {
+		return
+	}
+	for i, kind := range goPeerKinds {
+		if kind == "getfirst" {
+			e.rep.ratioTarget(fmt.Sprintf("peers, %d clients: idem.Do replays with WithAutoPipeline / the GET-first lock pattern's (§7)", clients),
+				"peers replay vs GET first", d.goReplay[1], d.goReplay[i], 1.0)
+		}
+	}
+	for i, kind := range goPeerKinds[goPeerIdems:] {
+		v := d.goFresh[goPeerIdems+i]
+		e.rep.ratioTarget(fmt.Sprintf("peers, %d clients: idem.Do fresh with WithAutoPipeline / %s (§7)", clients, v.name),
+			"peers fresh vs "+kind, d.goFresh[1], v, 1.5)
+	}
 }
 
 // httpAddsTable renders what each middleware adds to its own bare handler.
@@ -881,7 +917,7 @@ func peerMemory(ctx context.Context, e *env) ([]peerMemRow, error) {
 		return nil
 	}
 	idemKeyLen := 0
-	for _, kind := range goPeerKinds[:3] {
+	for _, kind := range []string{"idem", "redislock", "redsync"} {
 		p := shortPrefix(r)
 		gp := newGoPeer(e, kind, c, p, nil, true)
 		if err := measure(gp.name+", ~80 B JSON result", len(rawPayload), p+":*", func(i int) error {
