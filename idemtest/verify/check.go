@@ -41,7 +41,11 @@ func (v Violation) String() string {
 		if c.Via != "" {
 			fmt.Fprintf(&b, " (%s)", c.Via)
 		}
-		fmt.Fprintf(&b, " [%v–%v] %s", c.Start.Round(time.Microsecond), c.End.Round(time.Microsecond), c.Kind)
+		if c.End < 0 {
+			fmt.Fprintf(&b, " [%v–] unfinished", c.Start.Round(time.Microsecond))
+		} else {
+			fmt.Fprintf(&b, " [%v–%v] %s", c.Start.Round(time.Microsecond), c.End.Round(time.Microsecond), c.Kind)
+		}
 		if c.Ran {
 			fmt.Fprintf(&b, ", fn ran at fence %d", c.Fence)
 		}
@@ -65,6 +69,7 @@ type Report struct {
 	Operations int // calls, probes included
 	Probes     int
 	Ran        int // calls whose function ran
+	Unfinished int // calls without an end: their process was killed
 	Effects    int // effects offered to the sink
 	Fenced     int // effects the sink refused for a stale fence
 	Faults     int
@@ -154,7 +159,12 @@ func (c *checker) firstHanded() {
 		if call.Ran {
 			c.r.Ran++
 		}
-		if call.Kind != KindOK {
+		switch {
+		case call.End < 0:
+			// Its process was killed: it handed nothing out, but its
+			// function counts as run and its effects as offered.
+			c.r.Unfinished++
+		case call.Kind != KindOK:
 			c.r.Errors[call.Kind]++
 		}
 		if !call.Kind.Handed() {

@@ -77,6 +77,25 @@ var planted = []struct {
 		inv:   I1, key: "d", calls: []int{9, 10},
 	},
 	{
+		name: "duplicate effect from a killed process",
+		plant: func(h *History) {
+			h.AddCall(ran(call("g", 100*ms, 110*ms, KindOK, "g1"), 1))                             // #9
+			h.AddCall(Call{Key: "g", Request: "r", Start: 105 * ms, End: -1, Ran: true, Fence: 1}) // #10: killed after its effect
+			h.AddEffect(Effect{Key: "g", Fence: 1, Value: "g1", Call: 9, Accepted: true})
+			h.AddEffect(Effect{Key: "g", Fence: 1, Value: "g10", Call: 10, Accepted: true})
+		},
+		count: func(r *Report) int { return r.Duplicates },
+		inv:   I1, key: "g", calls: []int{9, 10},
+	},
+	{
+		name: "lost result, rerun by a killed process",
+		plant: func(h *History) {
+			h.AddCall(Call{Key: "a", Request: "r", Start: 30 * ms, End: -1, Ran: true, Fence: 2}) // #9: ran after #0 handed a1, then killed
+		},
+		count: func(r *Report) int { return r.Lost },
+		inv:   I3, key: "a", calls: []int{0, 9},
+	},
+	{
 		name: "lost acknowledged result",
 		plant: func(h *History) {
 			h.AddCall(ran(call("a", 30*ms, 35*ms, KindNotRecorded, ""), 2)) // #9: ran again after #0 handed a1
@@ -191,6 +210,20 @@ func TestCheckRecorder(t *testing.T) {
 	calls, effects := h.Len()
 	require.Equal(t, 4, calls)
 	require.Equal(t, 2, effects)
+}
+
+// TestCheckUnfinished: a call whose process was killed has no end; it
+// hands nothing out, is counted apart from the errors, and is no violation
+// by itself.
+func TestCheckUnfinished(t *testing.T) {
+	h := clean()
+	killed := h.Begin("u", "r", false)
+	killed.Ran(1)
+	h.Begin("u", "r", false) // killed before its function ran
+	r := Check(h)
+	require.True(t, r.OK(), "%v", r.Violations)
+	require.Equal(t, 2, r.Unfinished)
+	require.Zero(t, r.Errors[""])
 }
 
 func TestClassify(t *testing.T) {

@@ -137,7 +137,8 @@ const (
 // A History records calls, effects and faults. Its methods may be called
 // from any goroutine.
 type History struct {
-	start time.Time
+	start  time.Time
+	remote *remote // set by Remote: the calls are recorded by a Handler
 
 	mu      sync.Mutex
 	calls   []Call
@@ -162,16 +163,41 @@ func (o *Op) ID() int { return o.id }
 
 // Begin records the start of a call of Do with key and request.
 func (h *History) Begin(key, request string, probe bool) *Op {
+	return h.begin(key, request, probe, "")
+}
+
+// begin records the start of a call through the entry point via.
+func (h *History) begin(key, request string, probe bool, via string) *Op {
+	if h.remote != nil {
+		m, ok := h.remote.do("begin", remoteMsg{Key: key, Request: request, Probe: probe, Via: via})
+		if !ok {
+			m.ID = -1
+		}
+		return &Op{h: h, id: m.ID}
+	}
 	now := h.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	id := len(h.calls)
-	h.calls = append(h.calls, Call{ID: id, Key: key, Request: request, Probe: probe, Start: now, End: -1})
+	h.calls = append(h.calls, Call{ID: id, Key: key, Request: request, Probe: probe, Via: via, Start: now, End: -1})
 	return &Op{h: h, id: id}
+}
+
+// has reports whether id is the ID of a call in h.
+func (h *History) has(id int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return id >= 0 && id < len(h.calls)
 }
 
 // Ran records that the call's function started with fence.
 func (o *Op) Ran(fence int64) {
+	if o.h.remote != nil {
+		if o.id >= 0 {
+			o.h.remote.do("ran", remoteMsg{ID: o.id, Fence: fence})
+		}
+		return
+	}
 	o.h.mu.Lock()
 	defer o.h.mu.Unlock()
 	c := &o.h.calls[o.id]
@@ -190,22 +216,21 @@ func (o *Op) End(value string, err error) {
 }
 
 // finish records the call's return at the time at, with its kind and what
-// it handed out.
+// it handed out. A remote History records it at the server's time.
 func (o *Op) finish(at time.Duration, kind Kind, value string) {
 	if !kind.Handed() {
 		value = ""
+	}
+	if o.h.remote != nil {
+		if o.id >= 0 {
+			o.h.remote.do("end", remoteMsg{ID: o.id, Kind: kind, Value: value})
+		}
+		return
 	}
 	o.h.mu.Lock()
 	defer o.h.mu.Unlock()
 	c := &o.h.calls[o.id]
 	c.End, c.Kind, c.Result = at, kind, value
-}
-
-// via records the call's entry point.
-func (o *Op) via(v Via) {
-	o.h.mu.Lock()
-	defer o.h.mu.Unlock()
-	o.h.calls[o.id].Via = v.String()
 }
 
 // StartFault records that a fault began; end records that it healed.
@@ -261,6 +286,22 @@ func (h *History) Faults() []Fault {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Fault(nil), h.faults...)
+}
+
+// Keys returns the distinct keys of the calls recorded, probes excluded, in
+// the order of their first call.
+func (h *History) Keys() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := make(map[string]bool)
+	var keys []string
+	for _, c := range h.calls {
+		if !c.Probe && !seen[c.Key] {
+			seen[c.Key] = true
+			keys = append(keys, c.Key)
+		}
+	}
+	return keys
 }
 
 // Len returns the number of calls and effects recorded.

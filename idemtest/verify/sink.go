@@ -9,7 +9,8 @@ import "sync"
 // instead of acting again. It records every effect offered in the History.
 // Its methods may be called from any goroutine.
 type Sink struct {
-	h *History
+	h      *History
+	remote *remote // set by Remote: effects go to a Handler's Sink
 
 	mu   sync.Mutex
 	keys map[string]*sinkKey
@@ -38,6 +39,10 @@ func (s *Sink) key(k string) *sinkKey {
 // refused, as a provider that was asked by the newer attempt would refuse
 // the older one.
 func (s *Sink) Lookup(key string, fence int64) (value string, ok bool) {
+	if s.remote != nil {
+		m, _ := s.remote.do("lookup", remoteMsg{Key: key, Fence: fence})
+		return m.Value, m.OK
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sk := s.key(key)
@@ -49,6 +54,13 @@ func (s *Sink) Lookup(key string, fence int64) (value string, ok bool) {
 // call op, and reports whether the sink accepted it: whether fence is at
 // least the highest fence seen for key.
 func (s *Sink) Apply(op *Op, key string, fence int64, value string) bool {
+	if s.remote != nil {
+		if op.id < 0 {
+			return false
+		}
+		m, _ := s.remote.do("apply", remoteMsg{ID: op.id, Key: key, Fence: fence, Value: value})
+		return m.Accepted
+	}
 	at := s.h.Now()
 	s.mu.Lock()
 	sk := s.key(key)

@@ -207,8 +207,7 @@ func (w *Workload) call(ctx context.Context, g *idem.Guard, h *History, s *Sink,
 		defer cancel()
 	}
 	via := w.viaOf(key)
-	op := h.Begin(key, req, probe)
-	op.via(via)
+	op := h.begin(key, req, probe, via.String())
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	var failed bool
 	switch via {
@@ -312,22 +311,32 @@ func (w *Workload) unpad(r string) string {
 // least lease + wait, so that a key is refused only if it stayed busy that
 // long.
 func (w *Workload) Probe(ctx context.Context, g *idem.Guard, h *History, s *Sink) {
+	var keys []string
+	for n := range min(w.next.Load(), int64(w.Keys)) {
+		keys = append(keys, w.KeyPrefix+strconv.FormatInt(n, 10))
+	}
+	w.ProbeKeys(ctx, g, h, s, keys)
+}
+
+// ProbeKeys is Probe over the given keys, as History.Keys returns those
+// that Workloads of other processes used.
+func (w *Workload) ProbeKeys(ctx context.Context, g *idem.Guard, h *History, s *Sink, keys []string) {
 	w.defaults()
-	keys := make(chan int64)
+	next := make(chan int)
 	var wg sync.WaitGroup
 	for i := range w.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n := range keys {
-				w.call(ctx, g, h, s, w.KeyPrefix+strconv.FormatInt(n, 10), "pay", w.Seed^uint64(n)^uint64(i), true)
+			for n := range next {
+				w.call(ctx, g, h, s, keys[n], "pay", w.Seed^uint64(n)^uint64(i), true)
 			}
 		}()
 	}
-	for n := range min(w.next.Load(), int64(w.Keys)) {
-		keys <- n
+	for n := range keys {
+		next <- n
 	}
-	close(keys)
+	close(next)
 	wg.Wait()
 	w.web.close()
 }
