@@ -356,6 +356,12 @@ func (r *faultRig) fault(rnd *mrand.Rand) {
 			f = r.clusterFault(rnd)
 		}
 	}
+	r.inject(rnd, f)
+}
+
+// inject applies f, holds it for its duration (chosen by rnd when it has
+// none), and heals it, recording its interval in the history.
+func (r *faultRig) inject(rnd *mrand.Rand, f *fault) {
 	if f.d == 0 {
 		f.d = hold(rnd, 100*time.Millisecond, 600*time.Millisecond)
 	}
