@@ -24,6 +24,9 @@
 //
 // Workload drives the same randomised traffic through a Guard for the
 // fault tests, the long run and the idem verify command.
+//
+// Several processes share one History and one Sink through Handler, served
+// by the process that holds them, and Remote in the others.
 package verify
 
 import (
