@@ -73,7 +73,7 @@ func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 	c := httpConfig{
 		header:      DefaultKeyHeader,
 		methods:     []string{http.MethodPost, http.MethodPatch},
-		cacheStatus: DefaultCacheStatus,
+		cacheStatus: defaultCacheStatus,
 		stored:      slices.Clone(defaultStoredHeaders),
 		maxRequest:  defaultMaxRequestBody,
 		maxResponse: defaultMaxResponseBody,

@@ -138,10 +138,10 @@ func WithCacheStatus(f func(code int) bool) HTTPOption {
 	}
 }
 
-// DefaultCacheStatus is the default of WithCacheStatus: it reports whether a
+// defaultCacheStatus is the default of WithCacheStatus: it reports whether a
 // response with this status is stored, which is every status but 5xx, 408,
 // 409, 425 and 429.
-func DefaultCacheStatus(code int) bool {
+func defaultCacheStatus(code int) bool {
 	switch code {
 	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
