@@ -51,18 +51,18 @@ func (s *RedisStore) eval(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, a
 // auto-pipeliner (WithAutoPipeline); a NOSCRIPT reply sends the script again
 // with EVAL.
 func (s *RedisStore) run(ctx context.Context, c *scriptCall) *redis.Cmd {
-	ap, counted, err := s.sender(c.script)
+	ap, counted, err := s.pipe.sender(c.script)
 	if counted {
-		defer s.sent()
+		defer s.pipe.sent()
 	}
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	cmd, abandoned := s.send(ctx, ap, c.cmd(ctx, false))
+	cmd, abandoned := sendCmd(ctx, s.c, ap, c.cmd(ctx, false))
 	if err := cmd.Err(); !abandoned && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd, abandoned = s.send(ctx, ap, c.cmd(ctx, true))
+		cmd, abandoned = sendCmd(ctx, s.c, ap, c.cmd(ctx, true))
 	}
 	c.running = abandoned
 	return cmd

@@ -132,7 +132,7 @@ func TestAutoPipelineClients(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = c.Close() })
 	require.PanicsWithValue(t,
-		"idem: NewRedisStore: WithAutoPipeline needs a *redis.Client or a *redis.ClusterClient, got idem.wrapped",
+		"idem: NewRedisStore: WithAutoPipeline: needs a *redis.Client or a *redis.ClusterClient, got idem.wrapped",
 		func() { NewRedisStore(wrapped{c}, WithAutoPipeline()) })
 
 	bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1",
@@ -233,7 +233,7 @@ func TestAutoPipelineDuplicates(t *testing.T) {
 			require.Zero(t, pipelined["heartbeat"], "a renewal rode a batch")
 			require.Positive(t, direct["heartbeat"], "the slow fns renewed their leases")
 			// However many calls are in flight.
-			ap, _, _ := g.store.(*RedisStore).sender(heartbeatScript)
+			ap, _, _ := g.store.(*RedisStore).pipe.sender(heartbeatScript)
 			require.Nil(t, ap, "a renewal goes to the client")
 		})
 	}
