@@ -50,7 +50,8 @@ func TestFailoverLostWrites(t *testing.T) {
 		t.Skip("a Sentinel failover under load takes about ten seconds")
 	}
 	// The runs have servers of their own and spend most of their time
-	// waiting for Sentinel: they run side by side.
+	// waiting for Sentinel: they run side by side, and beside other tests.
+	t.Parallel()
 	t.Run("no acks", func(t *testing.T) {
 		t.Parallel()
 		fig := runFailover(t)

@@ -594,7 +594,9 @@ func TestFaultLeaseLost(t *testing.T) {
 
 			var detected int32 // renewals sent after the steal
 			v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
-				tt.steal(ctx, t, c, store, a.ID, leaseKey(prefix, a.ID))
+				// The thief's calls use their own context: once the lease key
+				// is gone, the next heartbeat may cancel fn's at any moment.
+				tt.steal(context.Background(), t, c, store, a.ID, leaseKey(prefix, a.ID))
 				stolen := beats.n.Load()
 				select {
 				case <-ctx.Done():
@@ -694,10 +696,13 @@ func TestFaultCheckpointAfterLeaseLost(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	g, store := faultGuard(c, prefix, WithLease(300*time.Millisecond))
 	_, err := Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
-		require.NoError(t, c.Del(ctx, leaseKey(prefix, a.ID)).Err())
-		rec, err := store.Read(ctx, a.ID)
+		// The intruder's calls use their own context: once the lease key is
+		// gone, the next heartbeat may cancel fn's context at any moment.
+		bg := context.Background()
+		require.NoError(t, c.Del(bg, leaseKey(prefix, a.ID)).Err())
+		rec, err := store.Read(bg, a.ID)
 		require.NoError(t, err)
-		res, err := store.Claim(ctx, a.ID, idemstore.ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
+		res, err := store.Claim(bg, a.ID, idemstore.ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
 		require.NoError(t, err)
 		require.Equal(t, idemstore.ClaimOK, res.Status)
 		select {

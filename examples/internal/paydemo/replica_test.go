@@ -1,5 +1,9 @@
-package paydemo
+package paydemo_test
 
-import "testing"
+import (
+	"testing"
 
-func TestServeReplica(t *testing.T) { CheckReplica(t, &MemoryLedger{}) }
+	"github.com/idemkit/idem/examples/internal/paydemo"
+)
+
+func TestServeReplica(t *testing.T) { paydemo.CheckReplica(t, &paydemo.MemoryLedger{}) }
