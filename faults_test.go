@@ -10,16 +10,12 @@ package idem
 // faultChildEnv set, so it runs TestFaultChildProcess only.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -29,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/internal/childtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -62,6 +59,9 @@ type faultEvent struct {
 	NotRecorded bool   `json:"not_recorded,omitempty"`
 	Unavailable bool   `json:"unavailable,omitempty"`
 }
+
+// Name returns the event's name, for childtest.
+func (e faultEvent) Name() string { return e.Event }
 
 // quietLog discards the engine's log.
 var quietLog = WithLogger(slog.New(slog.DiscardHandler))
@@ -145,102 +145,16 @@ func runFaultChild(role string) error {
 	return out.Encode(ev)
 }
 
-// faultChild is a running child process.
-type faultChild struct {
-	cmd    *exec.Cmd
-	events chan faultEvent
-	stderr *lockedBuilder
-	waited chan struct{}
-	err    error // of Wait, once waited is closed
-}
-
 // startFaultChild runs this test binary as a child in role, working on key.
-func startFaultChild(t *testing.T, role string, srv *redistest.Server, prefix, key string, lease time.Duration) *faultChild {
+func startFaultChild(t *testing.T, role string, srv *redistest.Server, prefix, key string, lease time.Duration) *childtest.Child[faultEvent] {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultChildProcess$", "-test.count=1", "-test.timeout=30s")
-	cmd.Env = append(os.Environ(),
+	return childtest.Start[faultEvent](t, "TestFaultChildProcess", 30*time.Second,
 		faultChildEnv+"="+role,
 		faultAddrEnv+"="+srv.Addr(),
 		faultPrefixEnv+"="+prefix,
 		faultKeyEnv+"="+key,
 		faultLeaseEnv+"="+lease.String(),
 	)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	c := &faultChild{cmd: cmd, events: make(chan faultEvent, 8), stderr: new(lockedBuilder), waited: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev faultEvent
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
-				c.events <- ev
-			}
-		}
-		close(c.events)
-		c.err = cmd.Wait()
-		close(c.waited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-c.waited
-	})
-	return c
-}
-
-// next returns the child's next event, which must be want.
-func (c *faultChild) next(t *testing.T, want string) faultEvent {
-	t.Helper()
-	select {
-	case ev, ok := <-c.events:
-		if !ok {
-			t.Fatalf("child exited before %q: %v\n%s", want, c.wait(t), c.stderrText())
-		}
-		require.Equal(t, want, ev.Event, "child event %+v", ev)
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no %q from the child:\n%s", want, c.stderrText())
-	}
-	return faultEvent{}
-}
-
-// wait waits for the child to exit and returns Wait's error.
-func (c *faultChild) wait(t *testing.T) error {
-	t.Helper()
-	select {
-	case <-c.waited:
-		return c.err
-	case <-time.After(15 * time.Second):
-		t.Fatalf("child did not exit:\n%s", c.stderrText())
-	}
-	return nil
-}
-
-func (c *faultChild) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(sig))
-}
-
-func (c *faultChild) stderrText() string { return c.stderr.String() }
-
-// lockedBuilder is a strings.Builder safe for one writer and other readers.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // waitLeaseGone polls until the lease of id is gone and returns how long
@@ -275,11 +189,11 @@ func TestFaultCrashedHolder(t *testing.T) {
 	req := faultReq{Amount: 100}
 
 	child := startFaultChild(t, "crash", srv, prefix, key, faultLease)
-	ready := child.next(t, "ready")
+	ready := child.Next(t, "ready")
 	require.Equal(t, int64(1), ready.Fence)
 	require.Equal(t, opID(key), ready.ID)
-	child.signal(t, syscall.SIGKILL)
-	require.Error(t, child.wait(t))
+	child.Signal(t, syscall.SIGKILL)
+	require.Error(t, child.Wait(t))
 	// The lease's expiry on the server's clock, from now on.
 	rc, lk := srv.Client(t), leaseKey(prefix, ready.ID)
 	leaseEnd, err := rc.PExpireTime(ctx, lk).Result()
@@ -346,9 +260,9 @@ func TestFaultFrozenHolder(t *testing.T) {
 	req := faultReq{Amount: 100}
 
 	child := startFaultChild(t, "freeze", srv, prefix, key, faultLease)
-	ready := child.next(t, "ready")
+	ready := child.Next(t, "ready")
 	require.Equal(t, int64(1), ready.Fence)
-	child.signal(t, syscall.SIGSTOP)
+	child.Signal(t, syscall.SIGSTOP)
 	stopped := time.Now()
 
 	// A waiting duplicate takes the key over once the frozen lease runs out.
@@ -362,15 +276,15 @@ func TestFaultFrozenHolder(t *testing.T) {
 	require.Equal(t, "parent", v)
 	require.Less(t, time.Since(stopped), faultLease+time.Second)
 
-	child.signal(t, syscall.SIGCONT)
-	cancelled := child.next(t, "cancelled")
+	child.Signal(t, syscall.SIGCONT)
+	cancelled := child.Next(t, "cancelled")
 	require.True(t, cancelled.LeaseLost, "the resumed holder's context cause: %s", cancelled.Err)
-	res := child.next(t, "result")
+	res := child.Next(t, "result")
 	require.Equal(t, "child", res.Value, "Do returns fn's value alongside ErrNotRecorded")
 	require.True(t, res.NotRecorded, "child error: %s", res.Err)
 	require.True(t, res.LeaseLost, "child error: %s", res.Err)
 	require.False(t, res.Unavailable, "child error: %s", res.Err)
-	require.NoError(t, child.wait(t), child.stderrText())
+	require.NoError(t, child.Wait(t), child.Stderr())
 
 	rec, err := store.Read(ctx, ready.ID)
 	require.NoError(t, err)

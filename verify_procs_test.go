@@ -22,16 +22,13 @@ package idem_test
 // a fence checked by the receiver removes.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +38,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest/verify"
+	"github.com/idemkit/idem/internal/childtest"
 	"github.com/idemkit/idem/internal/redistest"
 )
 
@@ -126,29 +124,8 @@ func rfProcWorkload(seed uint64, via verify.Via) *verify.Workload {
 
 // rfChild is a running child process.
 type rfChild struct {
-	cmd    *exec.Cmd
-	stdin  io.Closer
-	stderr *syncBuffer
-	waited chan struct{}
-	err    error // of Wait, once waited is closed
+	*childtest.Child[childtest.None]
 	killed bool
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // procRig is a process schedule's state on top of a standalone faultRig.
@@ -165,28 +142,13 @@ type procRig struct {
 // start starts a child in slot i.
 func (p *procRig) start(i int) {
 	t := p.t
-	cmd := exec.Command(os.Args[0], "-test.run=^TestVerifyProcessChild$", "-test.count=1", "-test.timeout=0")
-	cmd.Env = append(os.Environ(),
+	c := &rfChild{Child: childtest.Start[childtest.None](t, "TestVerifyProcessChild", 0,
 		rfChildEnv+"="+strconv.FormatUint(p.seed*1000+uint64(p.started), 10),
 		rfHistoryEnv+"="+p.url,
 		rfRedisEnv+"="+p.proxy.Addr(),
 		rfViaEnv+"="+strconv.Itoa(int(p.via)),
-	)
+	)}
 	p.started++
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	c := &rfChild{cmd: cmd, stdin: stdin, stderr: new(syncBuffer), waited: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		c.err = cmd.Wait()
-		close(c.waited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-c.waited
-	})
 	p.children[i] = c
 	p.all = append(p.all, c)
 }
@@ -199,15 +161,15 @@ func (p *procRig) procFault(rnd *mrand.Rand) *fault {
 		d := hold(rnd, 2*rfLease, 4*rfLease)
 		var c *rfChild
 		return &fault{kind: "process frozen", name: fmt.Sprintf("holder process %d frozen (SIGSTOP) for %v", i, d.Round(time.Millisecond)), d: d,
-			apply: func() { c = p.children[i]; require.NoError(p.t, c.cmd.Process.Signal(syscall.SIGSTOP)) },
-			heal:  func() { require.NoError(p.t, c.cmd.Process.Signal(syscall.SIGCONT)) }}
+			apply: func() { c = p.children[i]; c.Signal(p.t, syscall.SIGSTOP) },
+			heal:  func() { c.Signal(p.t, syscall.SIGCONT) }}
 	}
 	return &fault{kind: "process killed", name: fmt.Sprintf("holder process %d killed (SIGKILL) and replaced", i),
 		apply: func() {
 			c := p.children[i]
 			c.killed = true
-			require.NoError(p.t, c.cmd.Process.Kill())
-			<-c.waited
+			c.Signal(p.t, syscall.SIGKILL)
+			_ = c.Wait(p.t)
 		},
 		heal: func() { p.start(i) }}
 }
@@ -234,16 +196,12 @@ func runProcessSchedule(t *testing.T, seed uint64, duration time.Duration) {
 		time.Sleep(time.Duration(50+rnd.IntN(250)) * time.Millisecond) // quiet between faults
 	}
 	for _, c := range p.children {
-		_ = c.stdin.Close()
+		_ = c.Stdin.Close()
 	}
 	for _, c := range p.all {
-		select {
-		case <-c.waited:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("seed %d: a child did not stop\n%s", seed, c.stderr)
-		}
+		err := c.Wait(t)
 		if !c.killed {
-			require.NoError(t, c.err, "seed %d: child failed\n%s", seed, c.stderr)
+			require.NoError(t, err, "seed %d: child failed\n%s", seed, c.Stderr())
 		}
 	}
 	ran := time.Since(t0)

@@ -37,9 +37,9 @@ func TestCrashChildKilledAfterCommit(t *testing.T) {
 		ctx := context.Background()
 
 		c := startChild(t, "commit-then-die", d, srv.Addr(), prefix, childLease)
-		require.Equal(t, int64(1), c.next(t, "committed").Fence)
-		c.signal(t, syscall.SIGKILL)
-		require.Error(t, c.wait(t))
+		require.Equal(t, int64(1), c.Next(t, "committed").Fence)
+		c.Signal(t, syscall.SIGKILL)
+		require.Error(t, c.Wait(t))
 
 		g := idem.New(idem.NewRedisStore(srv.Client(t), idem.WithPrefix(prefix)), quiet,
 			idem.WithLease(parentLease), idem.WithWait(10*time.Second))
@@ -80,8 +80,8 @@ func TestFrozenHolderBlockedBySuccessor(t *testing.T) {
 	ctx := context.Background()
 
 	c := startChild(t, "frozen", d, srv.Addr(), prefix, childLease)
-	require.Equal(t, int64(1), c.next(t, "ready").Fence)
-	c.signal(t, syscall.SIGSTOP)
+	require.Equal(t, int64(1), c.Next(t, "ready").Fence)
+	c.Signal(t, syscall.SIGSTOP)
 
 	g := idem.New(idem.NewRedisStore(srv.Client(t), idem.WithPrefix(prefix)), quiet,
 		idem.WithLease(parentLease), idem.WithWait(10*time.Second))
@@ -95,8 +95,8 @@ func TestFrozenHolderBlockedBySuccessor(t *testing.T) {
 		t.Fatal("the successor did not take the key over")
 	}
 
-	c.signal(t, syscall.SIGCONT)
-	_, err := io.WriteString(c.stdin, "go\n")
+	c.Signal(t, syscall.SIGCONT)
+	_, err := io.WriteString(c.Stdin, "go\n")
 	require.NoError(t, err)
 	waitLockWaiters(t, d.db, "idemsql-child", 1) // the stale holder's insert waits
 	close(commit)
@@ -106,15 +106,15 @@ func TestFrozenHolderBlockedBySuccessor(t *testing.T) {
 	require.Equal(t, int64(2), r.fence)
 	require.Equal(t, "receipt-successor-1", r.v)
 
-	tx := c.next(t, "tx")
+	tx := c.Next(t, "tx")
 	require.Empty(t, tx.Err)
 	require.False(t, tx.Ran, "the stale holder's effect did not run")
 	require.Equal(t, "receipt-successor-1", tx.Value, "it got the successor's committed result")
-	res := c.next(t, "result")
+	res := c.Next(t, "result")
 	require.Equal(t, "receipt-successor-1", res.Value)
 	require.True(t, res.NotRecorded, "child error: %s", res.Err)
 	require.True(t, res.LeaseLost, "child error: %s", res.Err)
-	require.NoError(t, c.wait(t), c.stderr.String())
+	require.NoError(t, c.Wait(t), c.Stderr())
 
 	require.Equal(t, 1, count(t, d.db, "payments"))
 	require.Equal(t, []outcome{{Key: childKey, Fence: 2, Result: "receipt-successor-1"}}, readOutcomes(t, d.db))

@@ -14,20 +14,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemsql"
+	"github.com/idemkit/idem/internal/childtest"
 )
 
 // Environment of a child process.
@@ -54,6 +49,9 @@ type childEvent struct {
 	NotRecorded bool   `json:"not_recorded,omitempty"`
 	LeaseLost   bool   `json:"lease_lost,omitempty"`
 }
+
+// Name returns the event's name, for childtest.
+func (e childEvent) Name() string { return e.Event }
 
 // TestChildProcess is the body of the child processes; run directly, it
 // skips.
@@ -144,102 +142,14 @@ func frozen(ctx context.Context, db *sql.DB, a *idem.Attempt, out *json.Encoder)
 	return v, errors.Join(err, out.Encode(ev))
 }
 
-// child is a running child process.
-type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	events chan childEvent
-	stderr *lockedBuffer
-	waited chan struct{}
-	err    error // of Wait, once waited is closed
-}
-
 // startChild runs this test binary as a child in role, on d and the Redis
 // at addr under prefix.
-func startChild(t *testing.T, role string, d database, addr, prefix string, lease time.Duration) *child {
+func startChild(t *testing.T, role string, d database, addr, prefix string, lease time.Duration) *childtest.Child[childEvent] {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.count=1", "-test.timeout=60s")
 	dsn := d.dsn
 	if d.driver != "sqlite" {
 		dsn += "&application_name=idemsql-child" // to find its session in pg_stat_activity
 	}
-	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childDriverEnv+"="+d.driver, childDSNEnv+"="+dsn,
-		childRedisEnv+"="+addr, childPrefixEnv+"="+prefix, childLeaseEnv+"="+lease.String())
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	c := &child{cmd: cmd, events: make(chan childEvent, 8), stderr: new(lockedBuffer), waited: make(chan struct{})}
-	c.stdin, err = cmd.StdinPipe()
-	require.NoError(t, err)
-	cmd.Stderr = c.stderr
-	require.NoError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev childEvent
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Event != "" {
-				c.events <- ev
-			}
-		}
-		close(c.events)
-		c.err = cmd.Wait()
-		close(c.waited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-c.waited
-	})
-	return c
-}
-
-// next returns the child's next event, which must be want.
-func (c *child) next(t *testing.T, want string) childEvent {
-	t.Helper()
-	select {
-	case ev, ok := <-c.events:
-		if !ok {
-			<-c.waited
-			t.Fatalf("child exited before %q: %v\n%s", want, c.err, c.stderr)
-		}
-		require.Equal(t, want, ev.Event, "child event %+v", ev)
-		return ev
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %q from the child:\n%s", want, c.stderr)
-	}
-	return childEvent{}
-}
-
-// wait waits for the child to exit and returns Wait's error.
-func (c *child) wait(t *testing.T) error {
-	t.Helper()
-	select {
-	case <-c.waited:
-		return c.err
-	case <-time.After(20 * time.Second):
-		t.Fatalf("child did not exit:\n%s", c.stderr)
-	}
-	return nil
-}
-
-func (c *child) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(sig))
-}
-
-// lockedBuffer is a strings.Builder safe for one writer and other readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return childtest.Start[childEvent](t, "TestChildProcess", 60*time.Second, childRoleEnv+"="+role, childDriverEnv+"="+d.driver,
+		childDSNEnv+"="+dsn, childRedisEnv+"="+addr, childPrefixEnv+"="+prefix, childLeaseEnv+"="+lease.String())
 }
