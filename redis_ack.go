@@ -47,22 +47,17 @@ func (s *RedisStore) eval(ctx context.Context, c *scriptCall) (cmd *redis.Cmd, a
 	return s.evalAcked(ctx, c)
 }
 
-// run runs the call alone, without WAIT, on the client or its
-// auto-pipeliner (WithAutoPipeline); a NOSCRIPT reply sends the script again
-// with EVAL.
+// run runs the call alone, without WAIT, on the client or in a batch of
+// the store's pipeline (WithAutoPipeline); a NOSCRIPT reply sends the
+// script again with EVAL.
 func (s *RedisStore) run(ctx context.Context, c *scriptCall) *redis.Cmd {
-	ap, counted, err := s.pipe.sender(c.script)
+	pipelined, counted := s.pipe.join(c.script)
 	if counted {
 		defer s.pipe.sent()
 	}
-	if err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
-	}
-	cmd, abandoned := sendCmd(ctx, s.c, ap, c.cmd(ctx, false))
+	cmd, abandoned := s.pipe.send(ctx, s.c, pipelined, c.cmd(ctx, false))
 	if err := cmd.Err(); !abandoned && err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd, abandoned = sendCmd(ctx, s.c, ap, c.cmd(ctx, true))
+		cmd, abandoned = s.pipe.send(ctx, s.c, pipelined, c.cmd(ctx, true))
 	}
 	c.running = abandoned
 	return cmd

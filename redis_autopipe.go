@@ -2,123 +2,134 @@ package idem
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// sendCmd runs cmd on the client c or, when ap is not nil, on the
-// auto-pipeliner, and returns the command that holds the outcome: cmd, or
-// a command carrying ctx's error when ctx ended first (cmd may still run,
-// and must not be read; abandoned is then true).
-func sendCmd(ctx context.Context, c redis.UniversalClient, ap *redis.AutoPipeliner, cmd *redis.Cmd) (out *redis.Cmd, abandoned bool) {
-	if ap == nil {
+// pipeSlots is how many batches of one store may be on the wire at once.
+// With one, Redis and the callers take turns: the server waits while the
+// callers of the last batch prepare their next commands, and they wait
+// while it runs the batch. With two, one batch runs while the next fills.
+// More slots split the callers into smaller batches, which cost both sides
+// more per command.
+const pipeSlots = 2
+
+// pipeline batches a store's script calls (WithAutoPipeline): a call made
+// while another of the store's calls is in flight joins a queue, and the
+// queue is sent as one go-redis pipeline as soon as fewer than pipeSlots
+// batches are on the wire, so concurrent callers share writes, reads and
+// system calls on both sides. A batch never waits for more commands: the
+// commands queued while one is on the wire make the next.
+type pipeline struct {
+	c        redis.UniversalClient
+	inFlight atomic.Int32 // store calls being sent, pipelined or not
+
+	mu      sync.Mutex
+	queue   []*pipeCall // waiting for the next batch
+	running int         // batches being sent, at most pipeSlots
+}
+
+// pipeCall is a command waiting in a pipeline.
+type pipeCall struct {
+	cmd  *redis.Cmd
+	done chan struct{} // receives once, when the command's batch has run
+}
+
+var pipeCalls = sync.Pool{New: func() any { return &pipeCall{done: make(chan struct{}, 1)} }}
+
+// newPipeline returns the pipeline of c; nil for a nil client, whose store
+// fails every call already.
+func newPipeline(c redis.UniversalClient) *pipeline {
+	if unusable(c) != nil {
+		return nil
+	}
+	return &pipeline{c: c}
+}
+
+// join reports whether a call of script rides the pipeline: not when the
+// store is not pipelined (pl is nil) or the script is always sent directly,
+// nor when no other call is in flight. counted reports whether the call
+// was counted in flight: the caller then calls pl.sent once the call has
+// its reply.
+func (pl *pipeline) join(script *luaScript) (pipelined, counted bool) {
+	if pl == nil || script.direct {
+		return false, false
+	}
+	return pl.inFlight.Add(1) > 1, true
+}
+
+// sent ends a call that join counted in flight.
+func (pl *pipeline) sent() { pl.inFlight.Add(-1) }
+
+// send runs cmd on the client c or, when pipelined, in the next batch of
+// pl, and returns the command that holds the outcome: cmd, or a command
+// carrying ctx's error when ctx ended first (cmd may still run, and must
+// not be read; abandoned is then true).
+func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined bool, cmd *redis.Cmd) (out *redis.Cmd, abandoned bool) {
+	if !pipelined {
 		_ = c.Process(ctx, cmd)
 		return cmd, false
 	}
-	err := ctx.Err()
-	if err == nil {
-		err = ap.Submit(ctx, cmd).WaitContext(ctx)
+	if err := ctx.Err(); err != nil {
+		return failedCmd(ctx, err), true
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		out := redis.NewCmd(ctx)
-		out.SetErr(err)
-		return out, true
+	pc := pipeCalls.Get().(*pipeCall)
+	pc.cmd = cmd
+	pl.mu.Lock()
+	pl.queue = append(pl.queue, pc)
+	var batch []*pipeCall
+	if pl.running < pipeSlots {
+		pl.running++
+		batch, pl.queue = pl.queue, nil
 	}
-	return cmd, false
+	pl.mu.Unlock()
+	if batch != nil {
+		go pl.drain(batch)
+	}
+	select {
+	case <-pc.done:
+		pc.cmd = nil
+		pipeCalls.Put(pc)
+		return cmd, false
+	case <-ctx.Done():
+		// The batch still signals pc.done, which is left to the collector.
+		return failedCmd(ctx, ctx.Err()), true
+	}
 }
 
-// pipeline is the auto-pipeliner of a store's client, obtained at the first
-// call that uses it.
-type pipeline struct {
-	open     func() (*redis.AutoPipeliner, error)
-	ap       atomic.Pointer[redis.AutoPipeliner]
-	inFlight atomic.Int32 // store calls being sent, pipelined or not
-}
-
-// newPipeline returns the pipeline of c, or why c cannot have one (the
-// store names the option). A nil
-// client or a Ring has none and no error: the store fails every call
-// already.
-func newPipeline(c redis.UniversalClient) (*pipeline, error) {
-	var (
-		open func() (*redis.AutoPipeliner, error)
-		opts *redis.AutoPipelineOptions
-	)
-	switch c := c.(type) {
-	case *redis.Client:
-		if c == nil {
-			return nil, nil
+// drain sends batch, then the commands queued meanwhile, until none are
+// left. The batches run detached from their callers' contexts, bounded by
+// the client's own timeouts: each caller stops waiting when its context
+// ends, and the others' commands still run.
+func (pl *pipeline) drain(batch []*pipeCall) {
+	ctx := context.Background()
+	for {
+		p := pl.c.Pipeline()
+		for _, pc := range batch {
+			_ = p.Process(ctx, pc.cmd)
 		}
-		open, opts = c.AsyncAutoPipeline, c.Options().AutoPipelineOptions
-	case *redis.ClusterClient:
-		if c == nil {
-			return nil, nil
+		_, _ = p.Exec(ctx) // each command holds its own outcome
+		for _, pc := range batch {
+			pc.done <- struct{}{}
 		}
-		open, opts = c.AsyncAutoPipeline, c.Options().AutoPipelineOptions
-	case nil, *redis.Ring:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("needs a *redis.Client or a *redis.ClusterClient, got %T", c)
+		clear(batch)
+		pl.mu.Lock()
+		// The sent batch's array becomes the next queue.
+		batch, pl.queue = pl.queue, batch[:0]
+		if len(batch) == 0 {
+			pl.running--
+			pl.mu.Unlock()
+			return
+		}
+		pl.mu.Unlock()
 	}
-	if err := validPipeline(c, opts); err != nil {
-		return nil, fmt.Errorf("the client's AutoPipelineOptions: %w", err)
-	}
-	return &pipeline{open: open}, nil
 }
 
-// validPipeline reports what go-redis would refuse in opts when it opens
-// c's deferred auto-pipeliner, as far as the options tell.
-func validPipeline(c redis.UniversalClient, opts *redis.AutoPipelineOptions) error {
-	if opts == nil {
-		return nil
-	}
-	if err := opts.Validate(); err != nil {
-		return err
-	}
-	if _, ok := c.(*redis.Client); ok && opts.NumShards > 1 && !opts.Unordered && !opts.FullDuplex {
-		return fmt.Errorf("NumShards=%d needs Unordered on the deferred auto-pipeliner the store uses", opts.NumShards)
-	}
-	return nil
-}
-
-// sender returns the auto-pipeliner when a call of the script rides it, or
-// nil when it goes to the client: when the store is not pipelined (pl is
-// nil), when the script is always sent directly, or when no other call is
-// in flight. counted reports whether the call was counted in flight: the
-// caller then calls pl.sent once the call has its reply. err is why the client refused
-// its pipeliner.
-func (pl *pipeline) sender(script *luaScript) (ap *redis.AutoPipeliner, counted bool, err error) {
-	if pl == nil || script.direct {
-		return nil, false, nil
-	}
-	if pl.inFlight.Add(1) == 1 {
-		return nil, true, nil
-	}
-	ap, err = pl.pipeliner()
-	return ap, true, err
-}
-
-// sent ends a call that sender counted in flight.
-func (pl *pipeline) sent() { pl.inFlight.Add(-1) }
-
-// pipeliner returns the client's auto-pipeliner, opening it on first use
-// and again after it was closed. It returns nil and no error when the
-// client is closed: the call then goes to the client, which says so; and an
-// error when the client refuses a pipeliner for its options.
-func (pl *pipeline) pipeliner() (*redis.AutoPipeliner, error) {
-	if ap := pl.ap.Load(); ap != nil && !ap.IsClosed() {
-		return ap, nil
-	}
-	ap, err := pl.open()
-	switch {
-	case errors.Is(err, redis.ErrClosed):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("idem: the client's auto-pipeliner: %w", err)
-	}
-	pl.ap.Store(ap)
-	return ap, nil
+// failedCmd returns a command that holds err.
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }

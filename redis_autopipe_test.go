@@ -1,7 +1,7 @@
 package idem
 
 // WithAutoPipeline on a real redis-server and a real cluster: what rides
-// the auto-pipeliner, what does not, and that duplicates still run once.
+// the store's batches, what does not, and that duplicates still run once.
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 	"github.com/idemkit/idem/internal/redistest"
 )
 
-// PipelineEveryCall makes every later call of s that may ride the
-// auto-pipeliner ride it, lone calls too, as though another call were
+// PipelineEveryCall makes every later call of s that may ride a batch
+// ride one, lone calls too, as though another call were
 // always in flight. For tests of package idem_test.
 func PipelineEveryCall(s *RedisStore) *RedisStore {
 	if s != nil && s.pipe != nil {
@@ -32,8 +32,7 @@ func PipelineEveryCall(s *RedisStore) *RedisStore {
 }
 
 // pipeSpy counts, by a hook on the client, the store's scripts sent one by
-// one and sent in pipelines (the auto-pipeliner's batches; it sends a batch
-// of one as a command of its own, which counts as direct here).
+// one and sent in pipelines (the store's batches, of one command or more).
 type pipeSpy struct {
 	mu        sync.Mutex
 	direct    map[string]int // script name → commands sent alone
@@ -124,22 +123,10 @@ func clone(m map[string]int) map[string]int {
 	return c
 }
 
-// TestAutoPipelineClients: a client type the store cannot pipeline, or
-// invalid auto-pipeliner options, is refused at construction; a nil client
-// or a Ring fails closed as without the option.
+// TestAutoPipelineClients: the store batches on any client it can use,
+// whatever the client's own auto-pipeliner options (go-redis's pipeliner
+// is not used); a nil client or a Ring fails closed as without the option.
 func TestAutoPipelineClients(t *testing.T) {
-	type wrapped struct{ *redis.Client }
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	t.Cleanup(func() { _ = c.Close() })
-	require.PanicsWithValue(t,
-		"idem: NewRedisStore: WithAutoPipeline: needs a *redis.Client or a *redis.ClusterClient, got idem.wrapped",
-		func() { NewRedisStore(wrapped{c}, WithAutoPipeline()) })
-
-	bad := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1",
-		AutoPipelineOptions: &redis.AutoPipelineOptions{MaxConcurrentBatches: 4}})
-	t.Cleanup(func() { _ = bad.Close() })
-	require.Panics(t, func() { NewRedisStore(bad, WithAutoPipeline()) })
-
 	ctx := context.Background()
 	for _, s := range []*RedisStore{
 		NewRedisStore(nil, WithAutoPipeline()),
@@ -157,18 +144,19 @@ func TestAutoPipelineClients(t *testing.T) {
 	require.True(t, NewRedisStore(ct).honoursDeadlines())
 	require.True(t, NewRedisStore(ct, WithAutoPipeline()).honoursDeadlines())
 
-	// Options the deferred pipeliner refuses: at construction when the
-	// options tell, else on every pipelined call.
-	sh := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1",
-		AutoPipelineOptions: &redis.AutoPipelineOptions{NumShards: 2}})
+	// Options go-redis's deferred auto-pipeliner refuses, and a client
+	// type of the application's own.
+	o := redistest.Shared(t).Options()
+	o.AutoPipelineOptions = &redis.AutoPipelineOptions{NumShards: 2}
+	sh := redis.NewClient(o)
 	t.Cleanup(func() { _ = sh.Close() })
-	require.PanicsWithValue(t, "idem: NewRedisStore: WithAutoPipeline: the client's AutoPipelineOptions: NumShards=2 needs Unordered on the deferred auto-pipeliner the store uses",
-		func() { NewRedisStore(sh, WithAutoPipeline()) })
-	fd := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PipelinePoolSize: -1,
-		AutoPipelineOptions: &redis.AutoPipelineOptions{NumShards: 2, FullDuplex: true}})
-	t.Cleanup(func() { _ = fd.Close() })
-	_, err := PipelineEveryCall(NewRedisStore(fd, WithAutoPipeline())).Claim(ctx, "x", idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Second})
-	require.ErrorContains(t, err, "NumShards")
+	type wrapped struct{ *redis.Client }
+	for _, c := range []redis.UniversalClient{sh, wrapped{sh}} {
+		s := PipelineEveryCall(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()))
+		res, err := s.Claim(ctx, fmt.Sprintf("%T", c), idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, idemstore.ClaimOK, res.Status)
+	}
 }
 
 // TestAutoPipelineLoneCaller: one caller at a time sends every script
@@ -185,7 +173,6 @@ func TestAutoPipelineLoneCaller(t *testing.T) {
 		_, err := Do(ctx, g, fmt.Sprint("k", i%10), nil, func(context.Context, *Attempt) (int, error) { return i, nil })
 		require.NoError(t, err)
 	}
-	require.Nil(t, s.pipe.ap.Load(), "the auto-pipeliner was opened")
 	direct, pipelined, _ := spy.counts()
 	require.Empty(t, pipelined)
 	// At least: another test may flush the shared server's scripts, and
@@ -233,8 +220,8 @@ func TestAutoPipelineDuplicates(t *testing.T) {
 			require.Zero(t, pipelined["heartbeat"], "a renewal rode a batch")
 			require.Positive(t, direct["heartbeat"], "the slow fns renewed their leases")
 			// However many calls are in flight.
-			ap, _, _ := g.store.(*RedisStore).pipe.sender(heartbeatScript)
-			require.Nil(t, ap, "a renewal goes to the client")
+			joined, _ := g.store.(*RedisStore).pipe.join(heartbeatScript)
+			require.False(t, joined, "a renewal goes to the client")
 		})
 	}
 }
@@ -283,7 +270,7 @@ func runDuplicates(t *testing.T, g *Guard, keys int) map[string]int32 {
 
 // TestAutoPipelineScriptFlush: a server that lost its scripts answers the
 // pipelined EVALSHAs with NOSCRIPT; each is sent again with EVAL, through
-// the pipeliner, and every call succeeds.
+// the store's batches, and every call succeeds.
 func TestAutoPipelineScriptFlush(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client(t) // its own: the test counts EVALs
@@ -308,16 +295,16 @@ func TestAutoPipelineScriptFlush(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.NotNil(t, s.pipe.ap.Load(), "the auto-pipeliner was never opened")
 	direct, pipelined, _ := spy.counts()
+	require.NotEmpty(t, pipelined, "no script rode a batch")
 	require.GreaterOrEqual(t, direct["claim"]+pipelined["claim"], 17, "16 claims and an EVAL at least: %v %v", direct, pipelined)
 	require.GreaterOrEqual(t, direct["complete"]+pipelined["complete"], 17, "16 completions and an EVAL at least: %v %v", direct, pipelined)
 	require.GreaterOrEqual(t, spy.evalCount(), 2, "the scripts were loaded again")
 }
 
-// TestAutoPipelineReopens: an auto-pipeliner closed under the store (by
-// its owner, not by the client) is replaced at the next call.
-func TestAutoPipelineReopens(t *testing.T) {
+// TestAutoPipelineClientPipeliner: the client's own auto-pipeliner, closed
+// by the application between calls, changes nothing for the store.
+func TestAutoPipelineClientPipeliner(t *testing.T) {
 	t.Parallel()
 	c := redistest.Shared(t).Client(t)
 	g := New(PipelineEveryCall(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline())), quietLog)

@@ -54,7 +54,7 @@ type RedisStore struct {
 	log           *slog.Logger
 	bad           error     // a client the store cannot work with
 	autoPipe      bool      // WithAutoPipeline
-	pipe          *pipeline // the client's auto-pipeliner, with WithAutoPipeline
+	pipe          *pipeline // with WithAutoPipeline
 	errs          []string  // malformed options, for NewRedisStore's panic
 
 	watchable    atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
@@ -95,34 +95,35 @@ func WithCompression(minSize int) RedisOption {
 	return func(s *RedisStore) { s.compressAbove = minSize }
 }
 
-// WithAutoPipeline makes the store send its scripts through the go-redis
-// auto-pipeliner of its client ((*redis.Client).AsyncAutoPipeline or
-// (*redis.ClusterClient).AsyncAutoPipeline, on which each call waits for its
-// own command), which batches the commands of concurrent callers into shared
-// writes and reads. Under concurrency Redis then spends far less CPU per
-// operation, and the store serves more operations per Redis core; the
-// client's own Options.AutoPipelineOptions apply when set. The default is
-// off.
+// WithAutoPipeline makes the store batch the scripts of concurrent
+// callers: a call made while other calls of the store are in flight joins
+// a queue, sent as one go-redis pipeline on the client as soon as fewer
+// than two of the store's batches are on the wire. The callers then share
+// writes, reads and system calls on both sides: under concurrency Redis
+// spends far less CPU per operation, and the store serves more operations
+// per Redis core. A batch never waits for more commands; the commands
+// queued while one is on the wire make the next. The default is off.
 //
-// Claims, completions, releases and checkpoints ride the pipeliner while
+// Claims, completions, releases and checkpoints ride the batches while
 // other calls of the store are in flight; a lone call is sent directly, so
 // a single caller pays no batching delay. Lease renewals are always sent
 // directly, so that a renewal never waits behind a batch. Writes that wait
-// for replicas (WithReplicaAck) stay off the pipeliner too: WAIT blocks the
+// for replicas (WithReplicaAck) stay off the batches too: WAIT blocks the
 // connection it runs on. Waiters, Check, Inspect and Forget use the client
 // as before.
 //
 // A call waits for its batch until its context ends, as a call on the client
 // does with ContextTimeoutEnabled, whatever the client's setting; a command
-// already handed over may still run. The lease is measured from before the
-// command is handed over, as without the option, so a late batch shortens
-// the holder's lease and never lengthens it.
+// already queued may still run, bounded by the client's own timeouts. The
+// lease is measured from before the command is queued, as without the
+// option, so a late batch shortens the holder's lease and never lengthens
+// it.
 //
-// The pipeliner is the client's, started at the first pipelined call. The
-// client must be a *redis.Client (a failover client is one) or a
-// *redis.ClusterClient: NewRedisStore panics on another type, and on
-// AutoPipelineOptions the pipeliner refuses; options it refuses only when
-// it opens fail every pipelined call with ErrStoreUnavailable.
+// Batches are pipelines of the client (its Pipeline method, on its
+// pipeline connections; hooks see them as pipelines), so any client the
+// store accepts can batch, a *redis.ClusterClient too (a batch is split by
+// node). go-redis's own auto-pipeliner and the client's
+// AutoPipelineOptions are not used.
 func WithAutoPipeline() RedisOption {
 	return func(s *RedisStore) { s.autoPipe = true }
 }
@@ -152,10 +153,7 @@ func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 		}
 	}
 	if s.autoPipe {
-		var err error
-		if s.pipe, err = newPipeline(c); err != nil {
-			s.errs = append(s.errs, "WithAutoPipeline: "+err.Error())
-		}
+		s.pipe = newPipeline(c)
 	}
 	if len(s.errs) > 0 {
 		panic("idem: NewRedisStore: " + strings.Join(s.errs, "; "))
