@@ -22,11 +22,11 @@ import (
 )
 
 // PipelineEveryCall makes every later call of s that may ride a batch
-// ride one, lone calls too, as though another call were
-// always in flight. For tests of package idem_test.
+// ride one, lone calls too, as though pipeDirect other calls were always
+// in flight. For tests of package idem_test.
 func PipelineEveryCall(s *RedisStore) *RedisStore {
 	if s != nil && s.pipe != nil {
-		s.pipe.inFlight.Add(1)
+		s.pipe.inFlight.Add(pipeDirect)
 	}
 	return s
 }
