@@ -363,7 +363,8 @@ func TestAutoPipelineMiddlewareAndOnce(t *testing.T) {
 
 // TestAutoPipelineDeadline: a pipelined call returns by its context's
 // deadline, although the server does not answer and the client would wait
-// its ReadTimeout (30s here) for the batch.
+// its ReadTimeout (30s here) for the batch; the batch still runs, and the
+// calls queued behind it are answered.
 func TestAutoPipelineDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -373,12 +374,17 @@ func TestAutoPipelineDeadline(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	s := PipelineEveryCall(NewRedisStore(c, WithAutoPipeline()))
 	ctx := context.Background()
-	req := idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Minute}
+	req := idemstore.ClaimRequest{Owner: "o", Lease: 30 * time.Second, TTL: time.Minute}
 	_, err := s.Claim(ctx, "warm", req) // loads the script, opens the connections
 	require.NoError(t, err)
 
 	srv.Pause(t)
-	defer srv.Resume(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume(t)
+		}
+	}()
 	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	_, err = s.Claim(dctx, "k", req)
@@ -388,4 +394,18 @@ func TestAutoPipelineDeadline(t *testing.T) {
 	cancel()
 	_, err = s.Claim(cctx, "k2", req)
 	require.ErrorIs(t, err, context.Canceled, "a call whose context ended is not sent")
+
+	// A caller that gave up fails nobody else: a call queued behind the
+	// stalled batch is answered once the server answers again.
+	other := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(ctx, "k3", req)
+		other <- err
+	}()
+	srv.Resume(t)
+	resumed = true
+	require.NoError(t, <-other)
+	res, err := s.Claim(ctx, "k", idemstore.ClaimRequest{Owner: "o2", Lease: time.Second, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, idemstore.ClaimBusy, res.Status, "the abandoned claim still ran")
 }
