@@ -22,7 +22,7 @@ func ExampleWithAutoPipeline() {
 	}
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-	defer rdb.Close() // also stops the client's auto-pipeliner
+	defer rdb.Close()
 
 	g := idem.New(idem.NewRedisStore(rdb, idem.WithAutoPipeline()))
 	var charged atomic.Int32

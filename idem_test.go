@@ -30,8 +30,8 @@ type backend struct {
 	prefix  string
 	advance func(time.Duration) // moves the server's clock forward
 	mr      *miniredis.Miniredis
-	// pipelined: every store call that may ride the client's
-	// auto-pipeliner rides it (WithAutoPipeline).
+	// pipelined: every store call that may ride a batch rides one
+	// (WithAutoPipeline).
 	pipelined bool
 }
 

@@ -39,7 +39,7 @@ func replicated(t *testing.T) (primary, replica *redistest.Server) {
 }
 
 // storeModes are the store configurations a test runs under: as it is, and
-// with every call that may ride the auto-pipeliner riding it.
+// with every call that may ride a batch riding one.
 var storeModes = []struct {
 	name string
 	opts []idem.RedisOption
@@ -49,7 +49,7 @@ var storeModes = []struct {
 }
 
 // modeStore returns a store on c with the options of a storeModes entry and
-// opts; pipelined, every call that may ride the auto-pipeliner rides it.
+// opts; pipelined, every call that may ride a batch rides one.
 func modeStore(c redis.UniversalClient, mode []idem.RedisOption, opts ...idem.RedisOption) *idem.RedisStore {
 	s := idem.NewRedisStore(c, append(slices.Clone(mode), opts...)...)
 	if len(mode) > 0 {

@@ -100,7 +100,7 @@ func testWaiterIsNotified(t *testing.T, mode clientMode) {
 	_, err = Do(ctx, fresh, "k2", faultReq{}, okFnInternal("x"))
 	require.NoError(t, err)
 	cmds = r.proxy.Commands()
-	if mode.pipelined { // the auto-pipeliner's connection says hello first
+	if mode.pipelined { // a new pipeline connection says hello first
 		delete(cmds, "HELLO")
 		delete(cmds, "CLIENT")
 	}

@@ -52,8 +52,7 @@ func TestRedisStoreContractCluster(t *testing.T) {
 }
 
 // TestRedisStoreContractAutoPipeline runs the contract with every call
-// that may ride the auto-pipeliner riding it, on a redis-server and on a
-// cluster.
+// that may ride a batch riding one, on a redis-server and on a cluster.
 func TestRedisStoreContractAutoPipeline(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -520,7 +520,7 @@ func peersGoNote(e *env, clients int, cfg *config) string {
 		"lock `<k>:l` (redislock: a Lua `SET NX PX`; redsync: `SET NX PX`), `GET <k>`, and if absent run the function, `SET <k> <JSON> PX`, "+
 		"unlock (a compare-and-delete script), retrying a held lock after a random 1–5 ms; the GET-first row adds a `GET` before the lock, as gofiber's middleware does, so that a "+
 		"replay is one plain `GET`. All store and decode the same JSON result. idem.Do runs as is and with WithAutoPipeline "+
-		"(its store's scripts through the client's auto-pipeliner, §12). \"idem.Do ÷ this\" is idem.Do's throughput over the row's, and the next column the same with the option.",
+		"(its store batches the scripts of concurrent calls, §12). \"idem.Do ÷ this\" is idem.Do's throughput over the row's, and the next column the same with the option.",
 		clients, cfg.rounds, cfg.duration/time.Duration(cfg.rounds))
 }
 

@@ -17,8 +17,8 @@ import (
 // measures per variant: it runs up to 7 variants at each of 3 levels.
 const pipeScale = 0.5
 
-// pipeGuard returns a Guard on c with its own prefix whose store sends its
-// scripts through c's auto-pipeliner (idem.WithAutoPipeline).
+// pipeGuard returns a Guard on c with its own prefix whose store batches
+// concurrent scripts (idem.WithAutoPipeline).
 func pipeGuard(c redis.UniversalClient, prefix string) *idem.Guard {
 	s := idem.NewRedisStore(c, idem.WithPrefix(prefix), idem.WithAutoPipeline())
 	return idem.New(s, idem.WithRetention(retention))
