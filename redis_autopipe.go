@@ -55,14 +55,8 @@ type pipeCall struct {
 
 var pipeCalls = sync.Pool{New: func() any { return &pipeCall{done: make(chan struct{}, 1)} }}
 
-// newPipeline returns the pipeline of c; nil for a nil client, whose store
-// fails every call already.
-func newPipeline(c redis.UniversalClient) *pipeline {
-	if unusable(c) != nil {
-		return nil
-	}
-	return &pipeline{c: c}
-}
+// newPipeline returns the pipeline of c.
+func newPipeline(c redis.UniversalClient) *pipeline { return &pipeline{c: c} }
 
 // join reports whether a call of script rides the pipeline: not when the
 // store is not pipelined (pl is nil) or the script is always sent directly,

@@ -152,7 +152,7 @@ func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
 			o(s)
 		}
 	}
-	if s.autoPipe {
+	if s.autoPipe && s.bad == nil { // an unusable client fails every call already
 		s.pipe = newPipeline(c)
 	}
 	if len(s.errs) > 0 {
