@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -125,6 +126,12 @@ func (pl *pipeline) drain(batch []*pipeCall) {
 			pc.done <- struct{}{}
 		}
 		clear(batch)
+		// The callers just woken are runnable: let them queue their next
+		// commands before the queue is taken, so that they ride this next
+		// batch rather than a later one. Fewer, larger batches: at 16
+		// clients 15–20 % less client and 5–10 % less Redis CPU per fresh
+		// Do, for the same throughput or more.
+		runtime.Gosched()
 		pl.mu.Lock()
 		// The sent batch's array becomes the next queue.
 		batch, pl.queue = pl.queue, batch[:0]
