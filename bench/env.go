@@ -42,6 +42,31 @@ func newNonce() string {
 
 func (e *env) onClose(f func()) { e.closers = append(e.closers, f) }
 
+// emptyServers empties the standalone server and the cluster the benchmark
+// started itself (FLUSHALL), so that no scenario runs on the keys the ones
+// before it left: a server holding millions of keys costs every key
+// operation more, and the figures would depend on which scenarios ran
+// first. A server given by -redis or -cluster is left as it is.
+func (e *env) emptyServers(ctx context.Context) error {
+	if e.cfg.redisAddr == "" {
+		if err := e.admin.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("FLUSHALL %s: %w", e.redisAddr, err)
+		}
+	}
+	if e.cfg.cluster != "" {
+		return nil
+	}
+	for _, addr := range e.clusterAddrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		err := c.FlushAll(ctx).Err()
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("FLUSHALL %s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
 func (e *env) close() {
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()

@@ -242,6 +242,9 @@ func run(ctx context.Context, cfg *config) (err error) {
 		if !cfg.runs(s.name) {
 			continue
 		}
+		if err := e.emptyServers(ctx); err != nil {
+			return fmt.Errorf("before scenario %s: %w", s.name, err)
+		}
 		t := time.Now()
 		if err := s.run(ctx, e); err != nil {
 			return fmt.Errorf("scenario %s: %w", s.name, err)
