@@ -51,7 +51,10 @@ var scriptNames = map[any]string{
 }
 
 // name returns the store script cmd runs, or "".
-func (p *pipeSpy) name(cmd redis.Cmder) string {
+func (p *pipeSpy) name(cmd redis.Cmder) string { return scriptName(cmd) }
+
+// scriptName returns the store script cmd runs, or "".
+func scriptName(cmd redis.Cmder) string {
 	a := cmd.Args()
 	if len(a) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return ""
@@ -157,6 +160,69 @@ func TestAutoPipelineClients(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, idemstore.ClaimOK, res.Status)
 	}
+}
+
+// batchSpy records, by a hook on the client, how many of the store's
+// batches are on the wire at once and the largest one. A pipeline without
+// a store script (the one that sets up a new connection) is not a batch.
+type batchSpy struct {
+	onWire, maxOnWire, largest atomic.Int32
+}
+
+func (b *batchSpy) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (b *batchSpy) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (b *batchSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if scriptName(cmds[0]) == "" {
+			return next(ctx, cmds)
+		}
+		n := b.onWire.Add(1)
+		defer b.onWire.Add(-1)
+		for {
+			m := b.maxOnWire.Load()
+			if n <= m || b.maxOnWire.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		for {
+			l := b.largest.Load()
+			if int32(len(cmds)) <= l || b.largest.CompareAndSwap(l, int32(len(cmds))) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAutoPipelineBatches: 64 callers at once on one store share batches,
+// and at most pipeSlots of them are on the wire at any moment.
+func TestAutoPipelineBatches(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	spy := &batchSpy{}
+	c.AddHook(spy)
+	g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()), quietLog)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 20 {
+				if _, err := Do(ctx, g, fmt.Sprint(w, "-", i), nil, func(context.Context, *Attempt) (int, error) { return i, nil }); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.LessOrEqual(t, spy.maxOnWire.Load(), int32(pipeSlots), "batches on the wire at once")
+	require.Greater(t, spy.largest.Load(), int32(pipeSecond), "the largest batch")
 }
 
 // TestAutoPipelineLoneCaller: one caller at a time sends every script
