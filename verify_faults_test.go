@@ -228,6 +228,12 @@ func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
 	cancel()
 	<-done
 	ran := time.Since(t0)
+	if r.topo == sentinel {
+		// The faults healed, but the Sentinels may still be failing over on
+		// their own: a primary frozen on a loaded machine can outlast their
+		// down-after. The probes start once a primary answers.
+		r.fo.WaitFailover(t, nil, 30*time.Second)
+	}
 	probe := idem.New(idem.NewRedisStore(r.direct, idem.WithPrefix(rfPrefix)), quietLogger(),
 		idem.WithLease(rfLease), idem.WithWait(rfLease+rfWait+time.Second), idem.WithObserver(verify.Observer()))
 	w.Probe(context.Background(), probe, r.h, sink)

@@ -270,7 +270,9 @@ func (f *Failover) ReplicaLag(tb testing.TB) map[string]int64 {
 // WaitFailover waits up to timeout until a majority of the Sentinels report
 // a primary other than old, and that node runs, has the master role and
 // accepts a write (a SET of redistest:probe, which expires in a second). It
-// returns the new primary, or fails the test with the Sentinels' logs.
+// returns the new primary, or fails the test with the Sentinels' logs. With
+// a nil old it waits for any such primary: a topology settled after faults
+// (a failover the Sentinels started on their own included).
 func (f *Failover) WaitFailover(tb testing.TB, old *Server, timeout time.Duration) *Server {
 	tb.Helper()
 	var n *Server
@@ -279,7 +281,7 @@ func (f *Failover) WaitFailover(tb testing.TB, old *Server, timeout time.Duratio
 		switch n, why = f.primary(); {
 		case n == nil:
 			return errors.New(why)
-		case n == old:
+		case old != nil && n == old:
 			return fmt.Errorf("the sentinels still report the old primary %s", n.Addr())
 		case !n.Running():
 			return fmt.Errorf("the sentinels report %s, which is not running", n.Addr())
