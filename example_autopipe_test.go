@@ -13,8 +13,8 @@ import (
 )
 
 // Many goroutines share one store: with WithAutoPipeline, their claims and
-// completions travel to Redis in shared batches. A lone caller is sent
-// directly and pays no batching delay.
+// completions travel to Redis in shared batches. A few callers at a time
+// are sent directly and pay no batching delay.
 func ExampleWithAutoPipeline() {
 	m := miniredis.NewMiniRedis() // in production, your Redis or Redis Cluster
 	if err := m.Start(); err != nil {
