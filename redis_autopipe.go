@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -115,13 +116,8 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 // the client's own timeouts: each caller stops waiting when its context
 // ends, and the others' commands still run.
 func (pl *pipeline) drain(batch []*pipeCall) {
-	ctx := context.Background()
 	for {
-		p := pl.c.Pipeline()
-		for _, pc := range batch {
-			_ = p.Process(ctx, pc.cmd)
-		}
-		_, _ = p.Exec(ctx) // each command holds its own outcome
+		pl.exec(batch)
 		for _, pc := range batch {
 			pc.done <- struct{}{}
 		}
@@ -142,6 +138,29 @@ func (pl *pipeline) drain(batch []*pipeCall) {
 		}
 		pl.mu.Unlock()
 	}
+}
+
+// exec sends batch as one pipeline; each command holds its own outcome. A
+// panic on the way (a hook's) fails the commands that have no outcome yet:
+// on a direct call it would reach the caller, who may recover it; here it
+// would end the process.
+func (pl *pipeline) exec(batch []*pipeCall) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("idem: a batch of the store panicked: %v", r)
+			for _, pc := range batch {
+				if pc.cmd.Err() == nil && pc.cmd.Val() == nil {
+					pc.cmd.SetErr(err)
+				}
+			}
+		}
+	}()
+	ctx := context.Background()
+	p := pl.c.Pipeline()
+	for _, pc := range batch {
+		_ = p.Process(ctx, pc.cmd)
+	}
+	_, _ = p.Exec(ctx)
 }
 
 // failedCmd returns a command that holds err.

@@ -225,6 +225,36 @@ func TestAutoPipelineBatches(t *testing.T) {
 	require.Greater(t, spy.largest.Load(), int32(pipeSecond), "the largest batch")
 }
 
+// panicHook panics in every pipeline of a store script.
+type panicHook struct{}
+
+func (panicHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if scriptName(cmds[0]) != "" {
+			panic("a hook's bug")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAutoPipelinePanic: a panic while a batch is sent (a hook's, on the
+// store's goroutine, where no caller can recover it) fails the batch's
+// calls with an error instead of the process, and the next batches run.
+func TestAutoPipelinePanic(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	c.AddHook(panicHook{})
+	s := PipelineEveryCall(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()))
+	ctx := context.Background()
+	req := idemstore.ClaimRequest{Owner: "o", Lease: time.Second, TTL: time.Minute}
+	for i := range 3 {
+		_, err := s.Claim(ctx, fmt.Sprint("k", i), req)
+		require.ErrorContains(t, err, "panicked: a hook's bug")
+	}
+}
+
 // TestAutoPipelineLoneCaller: one caller at a time sends every script
 // directly; no batch is ever formed.
 func TestAutoPipelineLoneCaller(t *testing.T) {
