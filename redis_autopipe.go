@@ -62,9 +62,9 @@ func newPipeline(c redis.UniversalClient) *pipeline { return &pipeline{c: c} }
 
 // join reports whether a call of script rides the pipeline: not when the
 // store is not pipelined (pl is nil) or the script is always sent directly,
-// nor when at most pipeDirect calls are in flight, itself included. counted reports whether the call
-// was counted in flight: the caller then calls pl.sent once the call has
-// its reply.
+// nor when at most pipeDirect calls are in flight, itself included.
+// counted reports whether the call was counted in flight: the caller then
+// calls pl.sent once the call has its reply.
 func (pl *pipeline) join(script *luaScript) (pipelined, counted bool) {
 	if pl == nil || script.direct {
 		return false, false

@@ -96,21 +96,22 @@ func WithCompression(minSize int) RedisOption {
 }
 
 // WithAutoPipeline makes the store batch the scripts of concurrent
-// callers: a call made while other calls of the store are in flight joins
-// a queue, sent as one go-redis pipeline on the client as soon as fewer
-// than two of the store's batches are on the wire. The callers then share
-// writes, reads and system calls on both sides: under concurrency Redis
-// spends far less CPU per operation, and the store serves more operations
-// per Redis core. A batch never waits for more commands; the commands
-// queued while one is on the wire make the next. The default is off.
+// callers: a call made while more than four calls of the store are in
+// flight joins a queue, sent as one go-redis pipeline on the client when no
+// batch of the store is on the wire, or as a second one once four commands
+// wait. The callers then share writes, reads and system calls on both
+// sides: under concurrency Redis spends far less CPU per operation, and the
+// store serves more operations per Redis core. A batch never waits on a
+// timer; the commands queued while one is on the wire make the next. The
+// default is off.
 //
-// Claims, completions, releases and checkpoints ride the batches while
-// other calls of the store are in flight; a lone call is sent directly, so
-// a single caller pays no batching delay. Lease renewals are always sent
-// directly, so that a renewal never waits behind a batch. Writes that wait
-// for replicas (WithReplicaAck) stay off the batches too: WAIT blocks the
-// connection it runs on. Waiters, Check, Inspect and Forget use the client
-// as before.
+// Claims, completions, releases and checkpoints ride the batches; a call
+// with at most four calls of the store in flight (itself included) is sent
+// directly, so a few callers pay no batching delay. Lease renewals are
+// always sent directly, so that a renewal never waits behind a batch.
+// Writes that wait for replicas (WithReplicaAck) stay off the batches too:
+// WAIT blocks the connection it runs on. Waiters, Check, Inspect and Forget
+// use the client as before.
 //
 // A call waits for its batch until its context ends, as a call on the client
 // does with ContextTimeoutEnabled, whatever the client's setting; a command
