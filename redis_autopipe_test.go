@@ -177,21 +177,16 @@ func (b *batchSpy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		if scriptName(cmds[0]) == "" {
 			return next(ctx, cmds)
 		}
-		n := b.onWire.Add(1)
 		defer b.onWire.Add(-1)
-		for {
-			m := b.maxOnWire.Load()
-			if n <= m || b.maxOnWire.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		for {
-			l := b.largest.Load()
-			if int32(len(cmds)) <= l || b.largest.CompareAndSwap(l, int32(len(cmds))) {
-				break
-			}
-		}
+		raise(&b.maxOnWire, b.onWire.Add(1))
+		raise(&b.largest, int32(len(cmds)))
 		return next(ctx, cmds)
+	}
+}
+
+// raise sets a to v if v is larger.
+func raise(a *atomic.Int32, v int32) {
+	for m := a.Load(); v > m && !a.CompareAndSwap(m, v); m = a.Load() {
 	}
 }
 
