@@ -12,8 +12,8 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/gofiber/storage/redis/v3 v3.4.3
-	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idem/contrib/idemgrpc v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem v0.1.0
+	github.com/idemkit/idem/contrib/idemgrpc v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1

@@ -7,7 +7,7 @@ replace github.com/idemkit/idem => ../..
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gofiber/fiber/v2 v2.52.15
-	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.51.0
