@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// TestModulesShareVersions keeps the repository's modules (the core, bench/
-// and contrib/*) on one version of every dependency they share: a package
+// TestModulesShareVersions keeps the repository's modules (the core, bench/,
+// contrib/* and release/) on one version of every dependency they share: a package
 // required at two versions is compiled twice by the suite, and a cold run of
 // .ci/run pays for it.
 func TestModulesShareVersions(t *testing.T) {
@@ -16,7 +16,7 @@ func TestModulesShareVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mods = append([]string{"go.mod", "bench/go.mod"}, mods...)
+	mods = append([]string{"go.mod", "bench/go.mod", "release/go.mod"}, mods...)
 	seen := map[string]string{} // module path → "version (go.mod file)"
 	for _, mod := range mods {
 		for path, version := range requires(t, mod) {
