@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/internal/redisauth"
 	"github.com/idemkit/idem/internal/redisinfo"
 )
 
@@ -36,7 +37,10 @@ var (
 // TTL, so any policy but noeviction may drop claims and results under
 // memory pressure, and with them the guarantee). The probes use one key
 // under the prefix per master, deleted again (or expiring within 10s), and
-// write nothing else. A server it cannot reach is ErrStoreUnavailable.
+// write nothing else. A server it cannot reach, or that refuses the
+// client's credentials (a wrong password, an unknown or disabled user, no
+// password where one is needed), is ErrStoreUnavailable; the latter's
+// message says that authentication failed and names the user.
 func (s *RedisStore) Check(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
@@ -47,7 +51,7 @@ func (s *RedisStore) Check(ctx context.Context) error {
 	}
 	keys, err := s.probeKeys(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, redisauth.Explain(err, strings.Join(cc.Options().Addrs, ","), cc))
 	}
 	return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		addr := m.Options().Addr
@@ -85,7 +89,7 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient, add
 	n := &nodeCheck{s: s, c: c, addr: addr, key: key}
 	for _, probe := range []func(context.Context) error{n.server, n.keys, n.scripts, n.channels, n.wait} {
 		if err := probe(ctx); err != nil {
-			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrStoreUnavailable, redisauth.Explain(err, addr, c))
 		}
 	}
 	if len(n.problems) > 0 {
@@ -96,7 +100,8 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient, add
 
 // nodeCheck is Check's probing of one server: each probe adds what is
 // missing to problems, logs what it warns about, and returns only an error
-// that ends the check (the server could not be reached).
+// that ends the check (the server could not be reached, or refused the
+// client's credentials).
 type nodeCheck struct {
 	s        *RedisStore
 	c        redis.UniversalClient
@@ -228,10 +233,10 @@ func (n *nodeCheck) wait(ctx context.Context) error {
 }
 
 // isReply reports whether err is an error reply of the server (a refused
-// or unknown command), rather than a failure to reach it.
+// or unknown command), rather than a failure to reach it or to log in.
 func isReply(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil) && !redisauth.Refused(err)
 }
 
 // clientAddr names the server of a client that is not part of a cluster.

@@ -100,3 +100,66 @@ func TestCheckEveryMaster(t *testing.T) {
 		require.NotContains(t, err.Error(), n.Addr(), "the other masters pass")
 	}
 }
+
+// TestCheckAuthentication: a client whose credentials the server refuses
+// (a wrong password, no password where one is needed, a disabled user) is
+// told so once, naming the user, as ErrStoreUnavailable, with no warning
+// logged and no missing permission reported.
+func TestCheckAuthentication(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all").Err())
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "gone", "off", ">pw", "~*", "&*", "+@all").Err())
+	// A second server whose default user needs a password.
+	locked := redistest.Start(t)
+	require.NoError(t, locked.Client(t).Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">secret").Err())
+
+	for _, tc := range []struct {
+		name       string
+		srv        *redistest.Server
+		user, pass string
+		want       string // the user named
+		reply      string // the server's reply, quoted
+	}{
+		{name: "wrong password", srv: srv, user: "app", pass: "nope", want: `user "app"`, reply: "WRONGPASS"},
+		{name: "unknown user", srv: srv, user: "nobody", pass: "pw", want: `user "nobody"`, reply: "WRONGPASS"},
+		{name: "disabled user", srv: srv, user: "gone", pass: "pw", want: `user "gone"`, reply: "WRONGPASS"},
+		{name: "default user, wrong password", srv: locked, pass: "nope", want: `user "default"`, reply: "WRONGPASS"},
+		{name: "no password", srv: locked, want: `user "default"`, reply: "NOAUTH"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.srv.Options()
+			o.Username, o.Password = tc.user, tc.pass
+			c := redis.NewClient(o)
+			t.Cleanup(func() { c.Close() })
+			log, records := recordingLogger()
+			err := idem.NewRedisStore(c, idem.WithStoreLogger(log)).Check(ctx)
+			require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+			msg := err.Error()
+			t.Log(msg)
+			require.Contains(t, msg, "authentication failed")
+			require.Contains(t, msg, tc.want)
+			require.Contains(t, msg, tc.srv.Addr(), "the message names the server")
+			require.Contains(t, msg, tc.reply)
+			require.Equal(t, 1, strings.Count(msg, tc.reply), "said once: %s", msg)
+			require.NotContains(t, msg, "may not", "not a missing permission: %s", msg)
+			require.Empty(t, records(), "no warning logged")
+		})
+	}
+}
+
+// TestCheckAuthenticationCluster: on Redis Cluster, credentials the nodes
+// refuse are one error naming the user, as on a single server.
+func TestCheckAuthenticationCluster(t *testing.T) {
+	o := redistest.SharedCluster(t).Options()
+	o.Username, o.Password = "nobody", "nope"
+	c := redis.NewClusterClient(o)
+	t.Cleanup(func() { c.Close() })
+	log, records := recordingLogger()
+	err := idem.NewRedisStore(c, idem.WithStoreLogger(log)).Check(context.Background())
+	require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+	require.Contains(t, err.Error(), `authentication failed as user "nobody"`)
+	require.Equal(t, 1, strings.Count(err.Error(), "WRONGPASS"), err.Error())
+	require.Empty(t, records())
+}

@@ -80,6 +80,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisauth"
 )
 
 func main() {
@@ -208,6 +209,7 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 		defer cancel()
 	}
 	err = explainTLS(cmd.run(ctx, e), c.redisURL)
+	err = redisauth.Explain(err, target, client)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, errUsage) {
 		return fmt.Errorf("%s: no answer within %v (-timeout): %w", target, c.timeout, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest/verify"
+	"github.com/idemkit/idem/internal/redisauth"
 )
 
 var _ = register("verify", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
@@ -126,6 +127,10 @@ func (r *verifyRun) setup(ctx context.Context, store *idem.RedisStore) (serverSt
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := store.Check(cctx); err != nil {
+		var auth *redisauth.Error
+		if errors.As(err, &auth) {
+			return serverState{}, auth // it names the server
+		}
 		return serverState{}, fmt.Errorf("%s cannot be used: %w", r.e.target, err)
 	}
 	st := readState(cctx, r.e)
