@@ -2,7 +2,9 @@ package idem_test
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,13 +66,113 @@ func TestCheckProbes(t *testing.T) {
 }
 
 // TestCheckWithoutConfig: a server whose CONFIG command is renamed away,
-// as managed services do, passes Check with a warning.
+// as managed services do, passes Check: INFO gives the version and the
+// eviction policy, whose risk is still told.
 func TestCheckWithoutConfig(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithArgs("--rename-command", "CONFIG", ""))
-	log, records := recordingLogger()
-	require.NoError(t, idem.NewRedisStore(srv.Client(t), idem.WithStoreLogger(log)).Check(context.Background()))
-	require.Contains(t, records(), "event=eviction_unverified")
-	require.NotContains(t, records(), "event=version_unverified", "INFO is there")
+	for _, tc := range []struct {
+		name    string
+		policy  string
+		warning string // in the log; "": no warning
+	}{
+		{name: "noeviction", policy: "noeviction"},
+		{name: "evicting", policy: "allkeys-lru", warning: "maxmemory-policy=allkeys-lru"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", tc.policy), redistest.WithoutCommands("CONFIG"))
+			log, records := recordingLogger()
+			require.NoError(t, idem.NewRedisStore(srv.Client(t), idem.WithStoreLogger(log)).Check(context.Background()))
+			if tc.warning == "" {
+				require.Empty(t, records())
+			} else {
+				require.Contains(t, records(), "event=eviction_policy")
+				require.Contains(t, records(), tc.warning)
+				require.Equal(t, 1, strings.Count(records(), "\n"), "one warning:\n%s", records())
+			}
+		})
+	}
+}
+
+// commandCounter is a go-redis hook that counts the commands a client
+// sends by name and lets edit change a reply.
+type commandCounter struct {
+	mu   sync.Mutex
+	n    map[string]int
+	edit func(redis.Cmder)
+}
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		if h.n == nil {
+			h.n = map[string]int{}
+		}
+		h.n[cmd.Name()]++
+		h.mu.Unlock()
+		err := next(ctx, cmd)
+		if h.edit != nil {
+			h.edit(cmd)
+		}
+		return err
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *commandCounter) count(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[name]
+}
+
+// TestCheckEvictionPolicy: Check reads the eviction policy from INFO and
+// sends CONFIG GET only when INFO does not give it: refused, or a reply
+// without maxmemory_policy (a proxy's).
+func TestCheckEvictionPolicy(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "volatile-lru"))
+	admin := srv.Client(t)
+	ctx := context.Background()
+	stripPolicy := func(cmd redis.Cmder) {
+		if c, ok := cmd.(*redis.StringCmd); ok && cmd.Name() == "info" && c.Err() == nil {
+			c.SetVal(strings.ReplaceAll(c.Val(), "maxmemory_policy:", "other_field:"))
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		line     string // the user's ACL; "": the default user
+		edit     func(redis.Cmder)
+		configs  int      // CONFIG commands sent
+		warnings []string // in the log
+	}{
+		{name: "from INFO", warnings: []string{"event=eviction_policy"}},
+		{name: "INFO without the policy", edit: stripPolicy, configs: 1, warnings: []string{"event=eviction_policy"}},
+		{name: "INFO refused", line: "ACL SETUSER x on >PASSWORD ~idem:* &idem:* +@all -info", configs: 1,
+			warnings: []string{"event=version_unverified", "event=eviction_policy"}},
+		{name: "INFO and CONFIG refused", line: "ACL SETUSER x on >PASSWORD ~idem:* &idem:* +@all -info -config", configs: 1,
+			warnings: []string{"event=version_unverified", "event=eviction_unverified"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := srv.Client(t)
+			if tc.line != "" {
+				c = userClient(t, srv, aclUser(t, tc.line, "idem", admin))
+			}
+			hook := &commandCounter{edit: tc.edit}
+			c.AddHook(hook)
+			log, records := recordingLogger()
+			require.NoError(t, idem.NewRedisStore(c, idem.WithStoreLogger(log)).Check(ctx))
+			require.Equal(t, tc.configs, hook.count("config"), "CONFIG sent")
+			require.Equal(t, len(tc.warnings), strings.Count(records(), "\n"), records())
+			for _, w := range tc.warnings {
+				require.Contains(t, records(), w)
+			}
+			if slices.Contains(tc.warnings, "event=eviction_policy") {
+				require.Contains(t, records(), "maxmemory-policy=volatile-lru")
+			}
+		})
+	}
 }
 
 // TestCheckEveryMaster: on Redis Cluster, Check probes each master with a
