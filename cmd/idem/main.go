@@ -5,7 +5,7 @@
 //	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
 //	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
-//	idem verify  -redis URL [-cacert FILE] [-timeout D] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+//	idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -30,15 +30,19 @@
 // verify runs idem against the deployment for -duration, as an application
 // would, and checks what every caller got: workers call Do with new keys,
 // with repeats of keys at random later times and with concurrent
-// duplicates, at most -rate calls a second over at most -keys keys; each
-// function acts on a fenced effect sink in memory. It then reports the
-// operations, duplicate effects, lost results, divergent replays, errors by
-// kind and the p50/p99 latency, and fails when an invariant was violated.
-// Evictions and restarts or failovers seen meanwhile are named as the cause.
-// It writes only under a prefix of its own (idem-verify-RANDOM), with TTLs
-// of minutes, and deletes what it wrote at the end; for verify, -timeout
-// bounds the set-up and each call, not the run. With -json, the last line
-// is one JSON object (operations, duplicates, lost, violations, ...).
+// duplicates, over at most -keys keys, starting at most -rate calls a
+// second (all workers together; the final probes, one per key, are not
+// paced); each function acts on a fenced effect sink in memory. It then
+// reports the operations, duplicate effects, lost results, divergent
+// replays, errors by kind with what each means (canceled: calls cut short
+// when -duration ran out), and the p50/p99 latency, and fails when an
+// invariant was violated. Evictions and restarts or failovers seen
+// meanwhile are named as the cause. It writes only under a prefix of its
+// own, P:verify-RANDOM for -prefix P (default idem), which the
+// application's ACL pattern ~P:* covers, with TTLs of minutes, and deletes
+// what it wrote at the end (SCAN, DEL); for verify, -timeout bounds the
+// set-up and each call, not the run. With -json, the last line is one JSON
+// object (operations, duplicates, lost, violations, ...).
 //
 // URL is one of
 //
@@ -105,7 +109,7 @@ const usage = `usage:
   idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
   idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
   idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
-  idem verify  -redis URL [-cacert FILE] [-timeout D] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+  idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
      (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
