@@ -96,3 +96,31 @@ func TestACLVerify(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, log, "nothing refused")
 }
+
+// TestACLScanAsApplication: scan run as the application's user of
+// docs/operations.md, which may not SCAN, fails in one line that names the
+// user to run it as.
+func TestACLScanAsApplication(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	var line string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "ACL SETUSER idem ") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line)
+	srv := redistest.Start(t)
+	args := []any{}
+	for _, f := range strings.Fields(strings.ReplaceAll(line, ">PASSWORD", ">pw")) {
+		args = append(args, f)
+	}
+	require.NoError(t, srv.Client(t).Do(context.Background(), args...).Err())
+
+	code, out, errOut := cli(t, "scan", "-redis", "redis://idem:pw@"+srv.Addr())
+	require.Equal(t, exitFail, code, out+errOut)
+	require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	require.Contains(t, errOut, "NOPERM")
+	require.Contains(t, errOut, "idem-ops")
+	require.Contains(t, errOut, "docs/operations.md")
+}

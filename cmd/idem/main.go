@@ -10,7 +10,8 @@
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
 // once completed, what a repeat gets (status, headers and body size of a
-// stored response; type and size of a stored result). KEY is the key as the
+// stored response; type and size of a stored result; for a Once record,
+// which holds no value, that its id was processed). KEY is the key as the
 // application received it (for http, bare or quoted as in the header); -kind
 // says which API ran it (Do: do, the default; Guard.Once: once; the HTTP
 // middleware: http) and -scope, for http, the value of the middleware's
@@ -23,7 +24,9 @@
 // holds the operation unless -force is given.
 //
 // scan samples the records under the prefix with SCAN (never KEYS) and
-// reports their count by state and the distribution of their memory and TTL.
+// reports their count by state and the distribution of their memory and TTL;
+// it needs a user that may run SCAN, DBSIZE, GETRANGE and MEMORY USAGE (the
+// idem-ops user of docs/operations.md), not the application's.
 // check reports every server's name (Redis, Valkey) and version, eviction
 // policy, persistence and replicas, and fails for a server idem cannot use.
 //
