@@ -1,11 +1,12 @@
-// Command idem inspects and clears the records that idem keeps in Redis, and
-// checks a Redis server for idem.
+// Command idem inspects and clears the records that idem keeps in Redis,
+// checks and tries a Redis server for idem, and prints its own version.
 //
 //	idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
 //	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
 //	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
 //	idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+//	idem version
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
@@ -46,6 +47,13 @@
 // what it wrote at the end (SCAN, DEL); for verify, -timeout bounds the
 // set-up and each call, not the run. With -json, the last line is one JSON
 // object (operations, duplicates, lost, violations, ...).
+//
+// version (also -version, --version) prints the version of idem's module in
+// the binary and the Go version that built it, on one line: "idem v0.1.0
+// go1.26.8" when installed with go install
+// github.com/idemkit/idem/cmd/idem@v0.1.0, or run with go run from a module
+// that requires idem v0.1.0; "(devel)" for a build in idem's repository. It
+// takes no Redis.
 //
 // URL is one of
 //
@@ -113,6 +121,7 @@ const usage = `usage:
   idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
   idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
   idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+  idem version
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
      (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
@@ -149,6 +158,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	name := args[0]
+	if name == "version" || name == "-version" || name == "--version" {
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "idem version: version takes no arguments, got %q\n", args[1:])
+			return exitUsage
+		}
+		printVersion(stdout)
+		return exitOK
+	}
 	var common commonFlags
 	cmd, ok := commands(name, &common)
 	if !ok {
