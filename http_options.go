@@ -42,7 +42,7 @@ const DefaultKeyHeader = wire.KeyHeader
 
 // ReplayedHeader is the response header, set to "true", that marks a replayed
 // response (the name Stripe's client libraries read).
-const ReplayedHeader = "Idempotent-Replayed"
+const ReplayedHeader = wire.ReplayedHeader
 
 // HTTPOption configures Guard.Middleware.
 type HTTPOption func(*httpConfig)

@@ -227,3 +227,9 @@ func TestRouteRetention(t *testing.T) {
 		}
 	})
 }
+
+// TestHeadersAgree: the client's names of the headers are the middleware's.
+func TestHeadersAgree(t *testing.T) {
+	require.Equal(t, "Idempotent-Replayed", idem.ReplayedHeader)
+	require.Equal(t, idem.ReplayedHeader, idemclient.ReplayedHeader)
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idem/internal/redisauth"
 	"github.com/idemkit/idem/internal/redisinfo"
 )
 
@@ -29,14 +30,19 @@ var (
 //     its script cache) and the commands the scripts call;
 //   - WAIT refused, when WithReplicaAck is set.
 //
-// It logs a warning, and passes, when sharded Pub/Sub on the prefix's
-// channels is refused (waiters poll), when INFO or CONFIG is refused or
-// renamed (the version or the eviction policy could not be verified), and
-// when maxmemory-policy lets Redis evict keys (every key idem writes has a
-// TTL, so any policy but noeviction may drop claims and results under
-// memory pressure, and with them the guarantee). The probes use one key
-// under the prefix per master, deleted again (or expiring within 10s), and
-// write nothing else. A server it cannot reach is ErrStoreUnavailable.
+// It reads the version and the eviction policy from INFO (CONFIG GET only
+// when INFO lacks the policy). It logs a warning, and passes, when sharded
+// Pub/Sub on the prefix's channels is refused (waiters poll), when INFO is
+// refused (the version could not be verified) and CONFIG too (nor the
+// eviction policy), and when maxmemory-policy lets Redis evict keys (every
+// key idem writes has a TTL, so any policy but noeviction may drop claims
+// and results under memory pressure, and with them the guarantee). The
+// probes use one key under the prefix per master, deleted again (or
+// expiring within 10s), and
+// write nothing else. A server it cannot reach, or that refuses the
+// client's credentials (a wrong password, an unknown or disabled user, no
+// password where one is needed), is ErrStoreUnavailable; the latter's
+// message says that authentication failed and names the user.
 func (s *RedisStore) Check(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
@@ -47,7 +53,7 @@ func (s *RedisStore) Check(ctx context.Context) error {
 	}
 	keys, err := s.probeKeys(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrStoreUnavailable, redisauth.Explain(err, strings.Join(cc.Options().Addrs, ","), cc))
 	}
 	return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		addr := m.Options().Addr
@@ -85,7 +91,7 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient, add
 	n := &nodeCheck{s: s, c: c, addr: addr, key: key}
 	for _, probe := range []func(context.Context) error{n.server, n.keys, n.scripts, n.channels, n.wait} {
 		if err := probe(ctx); err != nil {
-			return fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrStoreUnavailable, redisauth.Explain(err, addr, c))
 		}
 	}
 	if len(n.problems) > 0 {
@@ -96,7 +102,8 @@ func (s *RedisStore) checkNode(ctx context.Context, c redis.UniversalClient, add
 
 // nodeCheck is Check's probing of one server: each probe adds what is
 // missing to problems, logs what it warns about, and returns only an error
-// that ends the check (the server could not be reached).
+// that ends the check (the server could not be reached, or refused the
+// client's credentials).
 type nodeCheck struct {
 	s        *RedisStore
 	c        redis.UniversalClient
@@ -122,12 +129,15 @@ func failedToReach(err error) error {
 }
 
 // server checks the version and the eviction policy, where the user may
-// read them.
+// read them: both from INFO (sections server and memory), the policy from
+// CONFIG GET only when INFO does not give it.
 func (n *nodeCheck) server(ctx context.Context) error {
-	info, err := n.c.Info(ctx, "server").Result()
+	text, err := n.c.Info(ctx, "server", "memory").Result()
+	var info map[string]string
 	switch {
 	case err == nil:
-		srv := redisinfo.ServerOf(redisinfo.Parse(info))
+		info = redisinfo.Parse(text)
+		srv := redisinfo.ServerOf(info)
 		if major, ok := srv.RedisMajor(); ok && major < 7 {
 			n.fail("%s is not supported: idem needs Redis 7.0 or newer", srv)
 		}
@@ -136,15 +146,21 @@ func (n *nodeCheck) server(ctx context.Context) error {
 	default:
 		n.warn(ctx, "version_unverified", "could not read the server's version (INFO refused); verify Redis 7.0 or newer by hand: redis-cli INFO server", err)
 	}
-	policy, err := n.c.ConfigGet(ctx, "maxmemory-policy").Result()
-	switch {
-	case err != nil && !isReply(err):
-		return err
-	case err != nil || policy["maxmemory-policy"] == "":
-		n.warn(ctx, "eviction_unverified", "could not read maxmemory-policy (CONFIG refused or renamed); verify noeviction by hand: redis-cli CONFIG GET maxmemory-policy, or the service's parameter group", err)
-	case policy["maxmemory-policy"] != "noeviction":
+	policy := info["maxmemory_policy"]
+	if policy == "" {
+		reply, err := n.c.ConfigGet(ctx, "maxmemory-policy").Result()
+		switch {
+		case err != nil && !isReply(err):
+			return err
+		case err != nil || reply["maxmemory-policy"] == "":
+			n.warn(ctx, "eviction_unverified", "could not read maxmemory-policy (neither INFO nor CONFIG GET gave it: refused or renamed); verify noeviction by hand: redis-cli INFO memory as an admin user, or the service's parameter group", err)
+			return nil
+		}
+		policy = reply["maxmemory-policy"]
+	}
+	if policy != "noeviction" {
 		n.s.log.WarnContext(ctx, "idem: Redis may evict idempotency records under memory pressure; set maxmemory-policy noeviction", "event", "eviction_policy",
-			"addr", n.addr, "maxmemory-policy", policy["maxmemory-policy"])
+			"addr", n.addr, "maxmemory-policy", policy)
 	}
 	return nil
 }
@@ -228,10 +244,10 @@ func (n *nodeCheck) wait(ctx context.Context) error {
 }
 
 // isReply reports whether err is an error reply of the server (a refused
-// or unknown command), rather than a failure to reach it.
+// or unknown command), rather than a failure to reach it or to log in.
 func isReply(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
+	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil) && !redisauth.Refused(err)
 }
 
 // clientAddr names the server of a client that is not part of a cluster.

@@ -14,7 +14,8 @@
 // the intent, and pass it with WithKey on the context of every attempt. A
 // request without one gets a new key per call. KeyFrom reads it back, for
 // other clients (the gRPC and Connect interceptors of idem's contrib
-// modules read it too).
+// modules read it too), and from resp.Request.Context() the key the
+// transport used, as created. A replayed answer carries ReplayedHeader.
 //
 // The package depends on the standard library only: a service that only
 // calls others does not link the server's Redis client.

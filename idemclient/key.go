@@ -13,6 +13,12 @@ import (
 // value as idem.ErrInvalidKey, so either matches under errors.Is.
 var ErrInvalidKey = wire.ErrInvalidKey
 
+// ReplayedHeader is the response header, set to "true", with which a server
+// behind idem's middleware marks a replayed response: the stored answer of
+// the first request with the key, not a new run. It equals
+// idem.ReplayedHeader.
+const ReplayedHeader = wire.ReplayedHeader
+
 // NewKey returns a new idempotency key: a random UUID (version 4, 122 bits
 // from crypto/rand) in its 36-character text form. Create one when the
 // user's intent is created (the Pay button is shown, the form is opened), keep
@@ -49,7 +55,10 @@ func WithKey(ctx context.Context, key string) context.Context {
 
 // KeyFrom returns the idempotency key set on ctx by WithKey, for clients
 // other than NewTransport's (a gRPC interceptor, a message producer) that
-// attach the caller's key to what they send.
+// attach the caller's key to what they send. On the context of a request
+// that NewTransport sent, such as resp.Request.Context(), it returns the
+// key the transport used, as created: unquoted, also when the transport
+// made it with NewKey or took it from the request's own header.
 func KeyFrom(ctx context.Context) (string, bool) {
 	k, ok := ctx.Value(keyContextKey{}).(string)
 	return k, ok

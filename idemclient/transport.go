@@ -136,9 +136,12 @@ type transport struct {
 // one (sent as it is), else the key set by WithKey on the request's context,
 // else a new key made by NewKey for this call. The key is sent as an RFC 8941
 // string ("quoted"), as the IETF draft specifies, or bare with WithBareKey.
-// The key is on the request each attempt sends and so on the response's
-// Request: resp.Request.Header.Get("Idempotency-Key") tells the caller which
-// key was used. Then it retries, always with the same key, up to
+// Each attempt sends a copy of the request whose context carries the key as
+// created (unquoted) and whose header carries it as sent, and the response's
+// Request is that copy: idemclient.KeyFrom(resp.Request.Context()) returns
+// the key that was used, and resp.Request.Header.Get("Idempotency-Key") its
+// header value (quoted, "abc", unless WithBareKey or the request's own
+// header says otherwise). Then it retries, always with the same key, up to
 // WithMaxAttempts (default 5) attempts, when the attempt fails with a network
 // error or gets:
 //
@@ -162,8 +165,9 @@ type transport struct {
 // A caller that retries on its own must create the key with NewKey when the
 // intent is created and pass it with WithKey on the request's context (or as
 // the request's header) on every attempt; see the example with
-// go-retryablehttp. Reading the key from resp.Request and sending it again
-// works too, but a failed attempt has no response to read it from.
+// go-retryablehttp. Reading the key with KeyFrom(resp.Request.Context())
+// and sending it again works too, but a failed attempt has no response to
+// read it from.
 //
 // The body is sent again from Request.GetBody (set by http.NewRequest for
 // bytes, strings and their readers); a body without GetBody is buffered in
@@ -204,7 +208,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	ctx := req.Context()
-	value, err := t.keyValue(req)
+	value, key, err := t.keyValue(req)
 	if err != nil {
 		closeBody(req)
 		return nil, err
@@ -217,8 +221,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !retryable {
 		attempts = 1
 	}
+	sendCtx := ctx // carries the key as created, for KeyFrom(resp.Request.Context())
+	if k, ok := KeyFrom(ctx); !ok || k != key {
+		sendCtx = WithKey(ctx, key)
+	}
 	for attempt := 1; ; attempt++ {
-		r := req.Clone(ctx)
+		r := req.Clone(sendCtx)
 		r.Header.Set(t.header, value)
 		if getBody != nil {
 			if r.Body, err = getBody(); err != nil {
@@ -251,25 +259,31 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// keyValue returns the header value that carries the request's key.
-func (t *transport) keyValue(req *http.Request) (string, error) {
+// keyValue returns the header value that carries the request's key, and
+// the key as created: the request's own header, read as the middleware
+// reads it (unquoted; as it is when it is no valid key), or the key from
+// WithKey or NewKey.
+func (t *transport) keyValue(req *http.Request) (value, key string, err error) {
 	if v := req.Header.Get(t.header); v != "" {
-		return v, nil
+		if key, err := wire.ParseKey(v); err == nil {
+			return v, key, nil
+		}
+		return v, v, nil
 	}
 	key, ok := KeyFrom(req.Context())
 	if !ok {
 		key = NewKey()
 	}
 	if err := wire.ValidKey(key); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if !t.bare {
-		return wire.QuoteKey(key), nil
+		return wire.QuoteKey(key), key, nil
 	}
 	if key[0] == '"' || key[0] == ' ' || key[len(key)-1] == ' ' {
-		return "", fmt.Errorf("%w: %q cannot be sent bare: it starts with a double quote, or starts or ends with a space", ErrInvalidKey, key)
+		return "", "", fmt.Errorf("%w: %q cannot be sent bare: it starts with a double quote, or starts or ends with a space", ErrInvalidKey, key)
 	}
-	return key, nil
+	return key, key, nil
 }
 
 // bodySource returns how to get the request body for every attempt, and

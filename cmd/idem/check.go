@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisauth"
 	"github.com/idemkit/idem/internal/redisinfo"
 )
 
@@ -44,7 +45,11 @@ func runCheck(ctx context.Context, e *env, prefix string, strict bool) error {
 	)
 	err := forEachServer(ctx, e, func(ctx context.Context, c *redis.Client, name string) error {
 		s, err := describe(ctx, c, name)
-		if err != nil {
+		var auth *redisauth.Error
+		switch {
+		case errors.As(err, &auth):
+			return err // it names the server
+		case err != nil:
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		mu.Lock()
@@ -88,6 +93,8 @@ func describe(ctx context.Context, c *redis.Client, name string) (*serverReport,
 	s := &serverReport{name: name, save: "?"}
 	text, err := c.Info(ctx, "server", "replication", "persistence", "memory").Result()
 	switch {
+	case redisauth.Refused(err):
+		return nil, redisauth.Explain(err, name, c)
 	case refused(err):
 		s.warnings = append(s.warnings, fmt.Sprintf("%s: INFO refused (%s): server version, eviction policy, persistence and replicas not verified; "+
 			"verify by hand: INFO server, memory, persistence and replication as an admin user, or the provider's console", name, reply(err)))

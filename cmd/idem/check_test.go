@@ -93,3 +93,35 @@ func TestCheckWithoutInfo(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "ok: idem can use "+addr)
 }
+
+// TestCheckAuthentication: credentials the server refuses are one line
+// saying that authentication failed and as which user, exit 1, and nothing
+// reported as refused or not verified; the other commands say the same.
+func TestCheckAuthentication(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	require.NoError(t, srv.Client(t).Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all").Err())
+	addr := srv.Addr()
+	for _, tc := range []struct {
+		name string
+		args []string
+		user string
+	}{
+		{name: "check, wrong password", args: []string{"check", "-redis", "redis://app:nope@" + addr}, user: "app"},
+		{name: "check, no such user", args: []string{"check", "-redis", "redis://nobody:pw@" + addr}, user: "nobody"},
+		{name: "scan", args: []string{"scan", "-redis", "redis://app:nope@" + addr}, user: "app"},
+		{name: "inspect", args: []string{"inspect", "-redis", "redis://app:nope@" + addr, "k"}, user: "app"},
+		{name: "verify", args: []string{"verify", "-redis", "redis://app:nope@" + addr, "-duration", "1s"}, user: "app"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := cli(t, tc.args...)
+			require.Equal(t, exitFail, code, out+errOut)
+			require.Empty(t, out)
+			require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+			require.Contains(t, errOut, "authentication failed as user \""+tc.user+"\"")
+			require.Contains(t, errOut, addr)
+			require.Equal(t, 1, strings.Count(errOut, "WRONGPASS"), errOut)
+			require.NotContains(t, errOut, "refused")
+		})
+	}
+}

@@ -78,6 +78,10 @@ func newInspection(op operation, in *idem.Inspection) *inspection {
 	out.TTLMs, out.LeaseTTLMs, out.Checkpoints = r.TTL.Milliseconds(), r.LeaseTTL.Milliseconds(), r.Checkpoints
 	if res := in.Result; res != nil {
 		out.Result = &storedResult{Type: res.Type, Status: res.Status, Headers: res.Header, Size: res.Size, Error: res.Error}
+		if op.kind == idem.KindOnce && res.Type == "json" && res.Size == 0 {
+			// Once stores no value: only that the id was processed.
+			out.Result = &storedResult{Type: "processed"}
+		}
 	}
 	return out
 }
@@ -163,6 +167,8 @@ func printResult(row func(name, format string, args ...any), r *storedResult) {
 		row("result", "HTTP response %d too large to store: repeats get a problem saying so", r.Status)
 	case "error":
 		row("result", "error (idem.Permanent): %s", strconv.Quote(r.Error))
+	case "processed":
+		row("result", "processed: the id is marked done; redeliveries get ran=false and do not run")
 	default:
 		row("result", "%s, %d B", r.Type, r.Size)
 	}

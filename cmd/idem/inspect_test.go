@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -84,4 +86,34 @@ func TestUsageSummary(t *testing.T) {
 		require.NotEmpty(t, line, name)
 		require.Contains(t, line, "[-timeout D]", name)
 	}
+}
+
+// TestInspectOnce: a Once record holds no value, only that its id was
+// processed (or a Permanent error); inspect says so instead of "json, 0 B".
+func TestInspectOnce(t *testing.T) {
+	srv := redistest.Shared(t)
+	url := "redis://" + srv.Addr()
+	s := seed(t, url, srv.Client(t))
+	g := idem.New(s.store)
+	ctx := context.Background()
+	_, err := g.Once(ctx, "msg-1", func(context.Context) error { return nil })
+	require.NoError(t, err)
+	_, err = g.Once(ctx, "msg-2", func(context.Context) error { return idem.Permanent(errors.New("poison")) })
+	require.Error(t, err)
+	flags := []string{"inspect", "-redis", url, "-prefix", s.prefix, "-kind", "once"}
+
+	code, out, errOut := cli(t, append(flags, "msg-1")...)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "result       processed: the id is marked done; redeliveries get ran=false and do not run\n")
+	require.NotContains(t, out, "json")
+	require.Equal(t, &storedResult{Type: "processed"}, inspectJSON(t, append(flags[1:], "msg-1")...).Result)
+
+	code, out, errOut = cli(t, append(flags, "msg-2")...)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `result       error (idem.Permanent): "poison"`)
+
+	// A Do result of any size is still a value.
+	code, out, _ = cli(t, "inspect", "-redis", url, "-prefix", s.prefix, "paid")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "result       string, 9 B")
 }

@@ -1,16 +1,18 @@
-// Command idem inspects and clears the records that idem keeps in Redis, and
-// checks a Redis server for idem.
+// Command idem inspects and clears the records that idem keeps in Redis,
+// checks and tries a Redis server for idem, and prints its own version.
 //
 //	idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
 //	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
 //	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
-//	idem verify  -redis URL [-cacert FILE] [-timeout D] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+//	idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+//	idem version
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
 // fence, lease and its holder, checkpoints, creation time, remaining TTL and,
 // once completed, what a repeat gets (status, headers and body size of a
-// stored response; type and size of a stored result). KEY is the key as the
+// stored response; type and size of a stored result; for a Once record,
+// which holds no value, that its id was processed). KEY is the key as the
 // application received it (for http, bare or quoted as in the header); -kind
 // says which API ran it (Do: do, the default; Guard.Once: once; the HTTP
 // middleware: http) and -scope, for http, the value of the middleware's
@@ -23,22 +25,35 @@
 // holds the operation unless -force is given.
 //
 // scan samples the records under the prefix with SCAN (never KEYS) and
-// reports their count by state and the distribution of their memory and TTL.
+// reports their count by state and the distribution of their memory and TTL;
+// it needs a user that may run SCAN, DBSIZE, GETRANGE and MEMORY USAGE (the
+// idem-ops user of docs/operations.md), not the application's.
 // check reports every server's name (Redis, Valkey) and version, eviction
 // policy, persistence and replicas, and fails for a server idem cannot use.
 //
 // verify runs idem against the deployment for -duration, as an application
 // would, and checks what every caller got: workers call Do with new keys,
 // with repeats of keys at random later times and with concurrent
-// duplicates, at most -rate calls a second over at most -keys keys; each
-// function acts on a fenced effect sink in memory. It then reports the
-// operations, duplicate effects, lost results, divergent replays, errors by
-// kind and the p50/p99 latency, and fails when an invariant was violated.
-// Evictions and restarts or failovers seen meanwhile are named as the cause.
-// It writes only under a prefix of its own (idem-verify-RANDOM), with TTLs
-// of minutes, and deletes what it wrote at the end; for verify, -timeout
-// bounds the set-up and each call, not the run. With -json, the last line
-// is one JSON object (operations, duplicates, lost, violations, ...).
+// duplicates, over at most -keys keys, starting at most -rate calls a
+// second (all workers together; the final probes, one per key, are not
+// paced); each function acts on a fenced effect sink in memory. It then
+// reports the operations, duplicate effects, lost results, divergent
+// replays, errors by kind with what each means (canceled: calls cut short
+// when -duration ran out), and the p50/p99 latency, and fails when an
+// invariant was violated. Evictions and restarts or failovers seen
+// meanwhile are named as the cause. It writes only under a prefix of its
+// own, P:verify-RANDOM for -prefix P (default idem), which the
+// application's ACL pattern ~P:* covers, with TTLs of minutes, and deletes
+// what it wrote at the end (SCAN, DEL); for verify, -timeout bounds the
+// set-up and each call, not the run. With -json, the last line is one JSON
+// object (operations, duplicates, lost, violations, ...).
+//
+// version (also -version, --version) prints the version of idem's module in
+// the binary and the Go version that built it, on one line: "idem v0.1.0
+// go1.26.8" when installed with go install
+// github.com/idemkit/idem/cmd/idem@v0.1.0, or run with go run from a module
+// that requires idem v0.1.0; "(devel)" for a build in idem's repository. It
+// takes no Redis.
 //
 // URL is one of
 //
@@ -80,6 +95,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisauth"
 )
 
 func main() {
@@ -104,7 +120,8 @@ const usage = `usage:
   idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
   idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
   idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
-  idem verify  -redis URL [-cacert FILE] [-timeout D] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+  idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+  idem version
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
      (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)
 Run "idem COMMAND -h" for a command's flags; "go doc github.com/idemkit/idem/cmd/idem" for the details.
@@ -141,6 +158,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	name := args[0]
+	if name == "version" || name == "-version" || name == "--version" {
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "idem version: version takes no arguments, got %q\n", args[1:])
+			return exitUsage
+		}
+		printVersion(stdout)
+		return exitOK
+	}
 	var common commonFlags
 	cmd, ok := commands(name, &common)
 	if !ok {
@@ -208,6 +233,7 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 		defer cancel()
 	}
 	err = explainTLS(cmd.run(ctx, e), c.redisURL)
+	err = redisauth.Explain(err, target, client)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, errUsage) {
 		return fmt.Errorf("%s: no answer within %v (-timeout): %w", target, c.timeout, err)
 	}

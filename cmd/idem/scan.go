@@ -110,7 +110,7 @@ func scan(ctx context.Context, e *env, prefix string, limit int, jsonOut bool) e
 		return nil
 	})
 	if err != nil {
-		return err
+		return explainNoPerm(err)
 	}
 	rep.summarise(samples, complete)
 	if jsonOut {
@@ -118,6 +118,18 @@ func scan(ctx context.Context, e *env, prefix string, limit int, jsonOut bool) e
 	}
 	rep.print(e.stdout)
 	return nil
+}
+
+// explainNoPerm adds to a refusal by the server's ACLs which user scan
+// needs: the application's own user may not run SCAN, DBSIZE or MEMORY
+// USAGE.
+func explainNoPerm(err error) error {
+	var r redis.Error
+	if errors.As(err, &r) && strings.HasPrefix(r.Error(), "NOPERM") {
+		return fmt.Errorf("%w (scan needs SCAN, DBSIZE, GETRANGE and MEMORY USAGE, which the application's user lacks: "+
+			"run it as the idem-ops user of docs/operations.md, \"Least privilege\")", err)
+	}
+	return err
 }
 
 // forEachServer calls fn on the server of a single or failover client, or

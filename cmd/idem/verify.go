@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemtest/verify"
+	"github.com/idemkit/idem/internal/redisauth"
 )
 
 var _ = register("verify", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
@@ -39,6 +40,7 @@ type verifyFlags struct {
 	payload    int
 	rate       int
 	replicaAck int
+	prefix     string
 	jsonOut    bool
 }
 
@@ -48,7 +50,8 @@ func registerVerifyFlags(fs *flag.FlagSet) *verifyFlags {
 	fs.IntVar(&v.workers, "workers", 16, "concurrent clients")
 	fs.IntVar(&v.keys, "keys", 1000, "distinct keys at most")
 	fs.IntVar(&v.payload, "payload", 256, "`BYTES` of each stored result")
-	fs.IntVar(&v.rate, "rate", 1000, "calls per second at most")
+	fs.IntVar(&v.rate, "rate", 1000, "calls per second at most, over all workers (the final probes are not paced)")
+	fs.StringVar(&v.prefix, "prefix", "idem", "the application's key `prefix` (idem.WithPrefix): verify writes under P:verify-RANDOM, which its ACL pattern ~P:* covers")
 	fs.IntVar(&v.replicaAck, "replica-ack", 0, "replicas that must acknowledge each write (idem.WithReplicaAck); 0: none")
 	fs.BoolVar(&v.jsonOut, "json", false, "print the figures as one JSON object on the last line")
 	return v
@@ -71,6 +74,10 @@ func (v *verifyFlags) validate(e *env) error {
 		return usageError(e, "-rate must be positive")
 	case v.replicaAck < 0:
 		return usageError(e, "-replica-ack must not be negative")
+	case v.prefix == "":
+		return usageError(e, "-prefix must not be empty")
+	case strings.ContainsAny(v.prefix, "{}"):
+		return usageError(e, "-prefix must not contain { or }")
 	}
 	return nil
 }
@@ -90,7 +97,7 @@ func verifyCmd(ctx context.Context, e *env, f *verifyFlags) error {
 	if err := f.validate(e); err != nil {
 		return err
 	}
-	r := &verifyRun{e: e, f: f, prefix: "idem-verify-" + randomHex(), timeout: e.timeout, out: e.stdout}
+	r := &verifyRun{e: e, f: f, prefix: f.prefix + ":verify-" + randomHex(), timeout: e.timeout, out: e.stdout}
 	if f.jsonOut {
 		r.out = e.stderr
 	}
@@ -126,6 +133,10 @@ func (r *verifyRun) setup(ctx context.Context, store *idem.RedisStore) (serverSt
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	if err := store.Check(cctx); err != nil {
+		var auth *redisauth.Error
+		if errors.As(err, &auth) {
+			return serverState{}, auth // it names the server
+		}
 		return serverState{}, fmt.Errorf("%s cannot be used: %w", r.e.target, err)
 	}
 	st := readState(cctx, r.e)
@@ -235,7 +246,7 @@ func (r *verifyRun) print(rep *verify.Report, w *verify.Workload, h *verify.Hist
 	fmt.Fprintf(o, "divergent    %d   repeats that got another result (I2)\n", rep.Divergent)
 	fmt.Fprintf(o, "fail-closed  %d   fail-closed errors after fn ran (I2)\n", rep.FailClosed)
 	fmt.Fprintf(o, "stuck        %d   keys neither completed nor free at the end (I4)\n", rep.Stuck)
-	fmt.Fprintf(o, "errors       %s\n", errorsLine(v.Errors))
+	printErrors(o, v.Errors)
 	fmt.Fprintf(o, "latency      p50 %v, p99 %v\n", rep.P50.Round(10*time.Microsecond), rep.P99.Round(10*time.Microsecond))
 	for i, d := range v.Details {
 		if i == 10 {
@@ -255,16 +266,40 @@ func (r *verifyRun) print(rep *verify.Report, w *verify.Workload, h *verify.Hist
 	}
 }
 
-// errorsLine lists the outcomes other than ok by kind.
-func errorsLine(m map[string]int) string {
+// errorMeanings says what each kind of error of the workload means.
+var errorMeanings = map[string]string{
+	"canceled":                "calls cut short when -duration ran out (or by an interrupt, or past -timeout): the caller gave up, as a client does",
+	"failed":                  "the workload's own transient failures, which release the key for a retry",
+	"mismatch":                "keys the workload reuses on purpose with another request",
+	"permanent":               "errors the workload stores on purpose (idem.Permanent), replayed to repeats",
+	"in_progress":             "duplicates that found the key still running after waiting",
+	"store_unavailable":       "Redis did not answer in time or refused a write; the function did not run",
+	"not_recorded":            "the function ran but Redis did not store its result: the next attempt runs with fence + 1",
+	"not_recorded_lease_lost": "the function ran past its lease and its result was not stored: the next attempt runs with fence + 1",
+	"lease_lost":              "the lease was lost before anything was stored",
+	"unreadable":              "a stored result could not be read",
+	"invalid_key":             "a key idem refused",
+}
+
+// printErrors writes the outcomes other than ok by kind, then what each
+// kind present means.
+func printErrors(w io.Writer, m map[string]int) {
 	if len(m) == 0 {
-		return "none"
+		fmt.Fprintf(w, "errors       none\n")
+		return
 	}
 	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
+	kinds := slices.Sorted(maps.Keys(m))
+	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
-	return strings.Join(parts, ", ")
+	fmt.Fprintf(w, "errors       %s\n", strings.Join(parts, ", "))
+	for _, k := range kinds {
+		if why, ok := errorMeanings[k]; ok {
+			fmt.Fprintf(w, "             %s: %s\n", k, why)
+		}
+	}
+	fmt.Fprintf(w, "             (what callers got instead of a result: not violations in themselves; violations are the lines above)\n")
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -101,16 +101,17 @@ func cleanup(e *env, prefix string, timeout, expiry time.Duration, out io.Writer
 	err := forEachServer(ctx, e, func(ctx context.Context, c *redis.Client, _ string) error {
 		var cursor uint64
 		for {
-			keys, next, err := c.Scan(ctx, cursor, prefix+":*", scanCount).Result()
+			keys, next, err := c.Scan(ctx, cursor, globEscape(prefix)+":*", scanCount).Result()
 			if err != nil {
 				return err
 			}
 			if len(keys) > 0 {
-				// One UNLINK per key: a cluster node refuses keys of
-				// several slots in one command.
+				// One DEL per key: a cluster node refuses keys of several
+				// slots in one command. DEL, not UNLINK: the application's
+				// ACL line grants it, and the values are small.
 				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 					for _, k := range keys {
-						p.Unlink(ctx, k)
+						p.Del(ctx, k)
 					}
 					return nil
 				})

@@ -35,7 +35,7 @@ func TestVerifySoundServer(t *testing.T) {
 	require.Positive(t, v.Effects)
 	require.Contains(t, errOut, "verdict: ok, no invariant violated")
 	require.Contains(t, errOut, "latency      p50 ")
-	require.True(t, strings.HasPrefix(v.Prefix, "idem-verify-"), v.Prefix)
+	require.True(t, strings.HasPrefix(v.Prefix, "idem:verify-"), "under the default store prefix's pattern idem:*: %s", v.Prefix)
 
 	keys, err := srv.Client(t).Keys(context.Background(), v.Prefix+"*").Result()
 	require.NoError(t, err)
@@ -72,6 +72,9 @@ func TestVerifyUsage(t *testing.T) {
 		{name: "huge payload", args: []string{"-payload", "2000000"}, code: exitUsage, want: "-payload must be between"},
 		{name: "argument", args: []string{"extra"}, code: exitUsage, want: "verify takes no arguments"},
 		{name: "unknown flag", args: []string{"-nope"}, code: exitUsage, want: "flag provided but not defined"},
+		{name: "empty prefix", args: []string{"-prefix", ""}, code: exitUsage, want: "-prefix must not be empty"},
+		{name: "prefix with a brace", args: []string{"-prefix", "a{b}"}, code: exitUsage, want: "-prefix must not contain { or }"},
+		{name: "no rate", args: []string{"-rate", "0"}, code: exitUsage, want: "-rate must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,4 +96,44 @@ func TestVerifyUnreachable(t *testing.T) {
 	require.Empty(t, out)
 	require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 	require.Contains(t, errOut, "idem verify: "+addr+" cannot be used")
+}
+
+// TestVerifyPrefix: with -prefix P, verify writes under P:verify-RANDOM,
+// which an ACL pattern ~P:* covers and the application's records (P:{…})
+// never meet, and deletes only that.
+func TestVerifyPrefix(t *testing.T) {
+	srv := redistest.Shared(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	c := srv.Client(t)
+	require.NoError(t, c.Set(ctx, prefix+":{app-record}", "kept", 0).Err())
+	t.Cleanup(func() { c.Del(context.Background(), prefix+":{app-record}") })
+	code, out, errOut := cli(t, "verify", "-redis", "redis://"+srv.Addr(), "-prefix", prefix,
+		"-duration", "1s", "-workers", "4", "-keys", "50", "-json")
+	require.Equal(t, exitOK, code, errOut)
+	v := lastJSON(t, out)
+	require.True(t, strings.HasPrefix(v.Prefix, prefix+":verify-"), v.Prefix)
+	require.Contains(t, errOut, "cleanup: deleted ")
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{prefix + ":{app-record}"}, keys, "verify deletes its own keys only")
+}
+
+// TestVerifyErrorsExplained: the report says what each kind of error in
+// its errors line means; none of them is a violation.
+func TestVerifyErrorsExplained(t *testing.T) {
+	var b strings.Builder
+	printErrors(&b, map[string]int{"canceled": 3, "failed": 13, "mismatch": 81, "permanent": 176, "odd_kind": 1})
+	out := b.String()
+	require.Contains(t, out, "errors       canceled 3, failed 13, mismatch 81, odd_kind 1, permanent 176\n")
+	for _, want := range []string{
+		"canceled: calls cut short when -duration ran out",
+		"failed: ", "mismatch: ", "permanent: ",
+		"not violations in themselves",
+	} {
+		require.Contains(t, out, want)
+	}
+	b.Reset()
+	printErrors(&b, map[string]int{})
+	require.Equal(t, "errors       none\n", b.String())
 }

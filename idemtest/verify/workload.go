@@ -33,7 +33,7 @@ type Workload struct {
 	Keys      int           // distinct keys at most; default 1000
 	KeyPrefix string        // keys are KeyPrefix followed by a number
 	Payload   int           // bytes of each result; default 64
-	Rate      int           // calls per second at most; 0: no bound
+	Rate      int           // calls Run starts per second at most, bursts of duplicates included; 0: no bound
 	Work      time.Duration // the function works a random time up to Work; default 2ms
 	Timeout   time.Duration // bound of each call; 0: none
 	Seed      uint64        // seed of the random choices
@@ -48,8 +48,7 @@ type Workload struct {
 	next    atomic.Int64 // keys used so far
 	retries chan string  // keys to call again soon
 	once    sync.Once
-	mu      sync.Mutex
-	slot    time.Time // the next call's earliest start, under Rate
+	pacer   pacer // Rate, over all workers
 	calls   atomic.Int64
 	web     webs // the HTTP servers of ViaHTTP, one per Guard
 }
@@ -115,14 +114,14 @@ func (w *Workload) Run(ctx context.Context, h *History, s *Sink) {
 
 // step makes one client action: a call, or a burst of concurrent duplicates.
 func (w *Workload) step(ctx context.Context, rnd *rand.Rand, h *History, s *Sink) {
-	if !w.pace(ctx) {
-		return
-	}
-	key, req := w.pick(rnd)
 	n := 1
 	if rnd.IntN(8) == 0 {
 		n = 2 + rnd.IntN(2)
 	}
+	if !w.pace(ctx, n) {
+		return
+	}
+	key, req := w.pick(rnd)
 	var wg sync.WaitGroup
 	for j := range n {
 		g := w.Guards[rnd.IntN(len(w.Guards))]
@@ -140,20 +139,13 @@ func (w *Workload) step(ctx context.Context, rnd *rand.Rand, h *History, s *Sink
 	wg.Wait()
 }
 
-// pace waits for the next call's slot under Rate; false when ctx ended.
-func (w *Workload) pace(ctx context.Context) bool {
+// pace waits until n calls may start under Rate; false when ctx ended.
+func (w *Workload) pace(ctx context.Context, n int) bool {
 	if w.Rate <= 0 {
 		return ctx.Err() == nil
 	}
-	w.mu.Lock()
 	now := time.Now()
-	at := now
-	if w.slot.After(now) {
-		at = w.slot
-	}
-	w.slot = at.Add(time.Second / time.Duration(w.Rate))
-	w.mu.Unlock()
-	if d := at.Sub(now); d > 0 {
+	if d := w.pacer.reserve(now, w.Rate, n).Sub(now); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -306,8 +298,8 @@ func (w *Workload) unpad(r string) string {
 	return v
 }
 
-// Probe calls every key used once more through g, as probes (I4), a few
-// at a time, and returns once all have returned. Give g a WithWait of at
+// Probe calls every key used once more through g, as probes (I4), Workers
+// at a time, not paced by Rate, and returns once all have returned. Give g a WithWait of at
 // least lease + wait, so that a key is refused only if it stayed busy that
 // long.
 func (w *Workload) Probe(ctx context.Context, g *idem.Guard, h *History, s *Sink) {

@@ -16,6 +16,10 @@ import (
 // named by the IETF draft "The Idempotency-Key HTTP Header Field".
 const KeyHeader = "Idempotency-Key"
 
+// ReplayedHeader is the response header, set to "true", that marks a
+// replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
 // MaxKeyLen is the length of the longest valid key, in bytes.
 const MaxKeyLen = 255
 
