@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -376,8 +377,17 @@ func TestFaultRedisDownMidway(t *testing.T) {
 
 // TestFaultDroppedReply loses the reply to each script after Redis ran it;
 // go-redis re-sends the command with the same owner token. Every script must
-// be idempotent for its owner: fn runs once per Do, the result is right, and
-// no second run is needed or blocked.
+// be idempotent for its owner: fn runs once per Do, the result is right, the
+// lease stays the holder's (its heartbeat is answered "held"), and no second
+// run is needed or blocked.
+//
+// The re-sent command answers later than the first would have: on a loaded
+// machine, after the lease it set, measured from when it was sent. The
+// library then decides the lease is lost (a claim refused, fn's context
+// cancelled), as it must; that try proves nothing about the re-send, and the
+// case is tried again on a fresh key. What never depends on time is checked
+// in every try: the store never answers "lease lost" while the holder's
+// lease was certainly live in Redis.
 func TestFaultDroppedReply(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -399,61 +409,187 @@ func TestFaultDroppedReply(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				srv := redistest.Shared(t)
-				d := redistest.NewReplyDropper(redistest.MatchScript(tt.script), 1)
+				d := redistest.NewReplyDropper(redistest.MatchScript(tt.script), 0)
 				opts := srv.Options()
 				opts.Dialer = d.Dial
 				opts.MaxRetries = 3
 				c := redis.NewClient(opts)
 				t.Cleanup(func() { _ = c.Close() })
 				const lease = 300 * time.Millisecond
-				g, store := faultGuard(c, redistest.Prefix(t), WithLease(lease))
+				store := NewRedisStore(c, WithPrefix(redistest.Prefix(t)))
 				if pipelined {
 					store = PipelineEveryCall(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()))
-					g = New(store, quietLog, WithLease(lease))
 				}
-				ctx := context.Background()
-				req := faultReq{Amount: 3}
-
-				var runs atomic.Int32
-				fn := func(ctx context.Context, a *Attempt) (string, error) {
-					n := runs.Add(1)
-					require.NoError(t, a.Checkpoint(ctx, "step", []byte("charged")))
-					time.Sleep(lease / 2) // one heartbeat, at lease/3
-					require.NoError(t, context.Cause(ctx), "the lease was lost")
-					if tt.name == "release" && n == 1 {
-						return "", errors.New("transient") // released
+				const tries = 10
+				for try := 1; ; try++ {
+					require.LessOrEqual(t, try, tries, "in each of %d tries the library found a reply later than its lease", tries)
+					if droppedReplyTry(t, tt.name, store, d, lease, fmt.Sprintf("k%d", try)) {
+						if try > 1 {
+							t.Logf("proven at try %d: the library found a reply late in the tries before", try)
+						}
+						return
 					}
-					return fmt.Sprintf("done at fence %d", a.Fence), nil
 				}
-				v, err := Do(ctx, g, "k", req, fn)
-				if tt.name == "release" {
-					require.EqualError(t, err, "transient")
-					require.Equal(t, 1, d.Dropped(), "the release reply was dropped")
-					// The re-sent release must not fail: the key is free at once.
-					v, err = Do(ctx, g, "k", req, fn)
-					require.NoError(t, err)
-					require.Equal(t, "done at fence 2", v)
-					require.Equal(t, int32(2), runs.Load())
-				} else {
-					require.NoError(t, err)
-					require.Equal(t, "done at fence 1", v, "a re-sent claim must not count as a takeover")
-					require.Equal(t, int32(1), runs.Load())
-					require.Equal(t, 1, d.Dropped(), "the %s reply was dropped", tt.name)
-				}
-
-				v2, err := Do(ctx, g, "k", req, func(context.Context, *Attempt) (string, error) {
-					t.Error("a completed key ran again")
-					return "", nil
-				})
-				require.NoError(t, err)
-				require.Equal(t, v, v2)
-				rec, err := store.Read(ctx, opID("k"))
-				require.NoError(t, err)
-				require.Equal(t, idemstore.StateCompleted, rec.State)
-				require.Zero(t, rec.LeaseTTL, "completion drops the lease")
 			})
 		}
 	}
+}
+
+// droppedReplyTry runs one try of TestFaultDroppedReply on key: it drops the
+// reply of the first run of script and reports whether the try proved the
+// case, false when the library found a reply later than its lease.
+func droppedReplyTry(t *testing.T, script string, store *RedisStore, d *redistest.ReplyDropper, lease time.Duration, key string) (proven bool) {
+	t.Helper()
+	w := &answerLog{Store: store, lease: lease, beats: make(chan error, 64)}
+	g := New(w, quietLog, WithLease(lease))
+	ctx := context.Background()
+	req := faultReq{Amount: 3}
+	dropped := d.Dropped()
+	d.Arm(1)
+	defer d.Arm(0)
+
+	var runs atomic.Int32
+	late := false // the library found its lease late while fn ran
+	fn := func(ctx context.Context, a *Attempt) (string, error) {
+		n := runs.Add(1)
+		for len(w.beats) > 0 { // the answers to renewals before fn began
+			<-w.beats
+		}
+		if err := a.Checkpoint(ctx, "step", []byte("charged")); err != nil {
+			require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost, "the checkpoint failed (%v) on a lease the library still held", err)
+			late = true
+			return "", err
+		}
+		// Wait for a heartbeat (lease/3 after the claim was sent) answered
+		// "held", or for the library to stop trusting the lease.
+		for held := false; !held; {
+			select {
+			case err := <-w.beats:
+				held = err == nil
+			case <-ctx.Done():
+				require.Equal(t, ErrLeaseLost, context.Cause(ctx))
+				late = true
+				return "", ctx.Err()
+			}
+		}
+		if script == "release" && n == 1 {
+			return "", errors.New("transient") // released
+		}
+		return fmt.Sprintf("done at fence %d", a.Fence), nil
+	}
+	// refused reports whether err is the library refusing a claim whose
+	// reply (or renewal) came after its lease: fn did not run.
+	refused := func(err error) bool {
+		return errors.Is(err, ErrStoreUnavailable) && errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotRecorded)
+	}
+
+	v, err := Do(ctx, g, key, req, fn)
+	w.requireNoEarlyLoss(t)
+	if refused(err) {
+		require.Zero(t, runs.Load(), "fn ran on a claim the library refused")
+		return false
+	}
+	if late {
+		return false
+	}
+	if script == "release" {
+		require.EqualError(t, err, "transient")
+		require.Equal(t, dropped+1, d.Dropped(), "the release reply was dropped")
+		// The re-sent release must not fail: the key is free at once.
+		v, err = Do(ctx, g, key, req, fn)
+		w.requireNoEarlyLoss(t)
+		if refused(err) || late {
+			return false
+		}
+		require.NoError(t, err)
+		require.Equal(t, "done at fence 2", v)
+		require.Equal(t, int32(2), runs.Load())
+	} else {
+		require.NoError(t, err)
+		require.Equal(t, "done at fence 1", v, "a re-sent claim must not count as a takeover")
+		require.Equal(t, int32(1), runs.Load())
+		require.Equal(t, dropped+1, d.Dropped(), "the %s reply was dropped", script)
+	}
+
+	v2, err := Do(ctx, g, key, req, func(context.Context, *Attempt) (string, error) {
+		t.Error("a completed key ran again")
+		return "", nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, v, v2)
+	rec, err := store.Read(ctx, opID(key))
+	require.NoError(t, err)
+	require.Equal(t, idemstore.StateCompleted, rec.State)
+	require.Zero(t, rec.LeaseTTL, "completion drops the lease")
+	return true
+}
+
+// answerLog is a store that tells a test what the store answered, apart
+// from what the library decided about time: every heartbeat's answer (on
+// beats), and the answers "lease lost" that came while the holder's lease
+// was certainly live in Redis, less than a lease after its claim was sent
+// (Redis starts the lease when the claim arrives, and renewals only extend
+// it). In the tests that use it nobody else claims the key, so such an
+// answer means a re-sent script took its own owner's lease or record for
+// another's.
+type answerLog struct {
+	idemstore.Store
+	lease time.Duration
+	beats chan error
+
+	mu      sync.Mutex
+	claimed time.Time // when the last claim was sent
+	early   []string  // "lease lost" answers while the lease was live
+}
+
+func (w *answerLog) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	w.mu.Lock()
+	w.claimed = time.Now()
+	w.mu.Unlock()
+	return w.Store.Claim(ctx, id, c)
+}
+
+func (w *answerLog) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	err := w.note("heartbeat", w.Store.Heartbeat(ctx, id, owner, lease))
+	select {
+	case w.beats <- err:
+	default:
+	}
+	return err
+}
+
+func (w *answerLog) Checkpoint(ctx context.Context, id, owner, name string, value []byte) error {
+	return w.note("checkpoint", w.Store.Checkpoint(ctx, id, owner, name, value))
+}
+
+func (w *answerLog) Complete(ctx context.Context, id, owner string, payload []byte, retention time.Duration) error {
+	return w.note("complete", w.Store.Complete(ctx, id, owner, payload, retention))
+}
+
+func (w *answerLog) Release(ctx context.Context, id, owner string) error {
+	return w.note("release", w.Store.Release(ctx, id, owner))
+}
+
+// note records err, the answer of op, if it is a "lease lost" that came
+// while the lease was live.
+func (w *answerLog) note(op string, err error) error {
+	if errors.Is(err, ErrLeaseLost) {
+		w.mu.Lock()
+		if since := time.Since(w.claimed); since < w.lease {
+			w.early = append(w.early, fmt.Sprintf("%s answered %q %v after the claim was sent", op, err, since.Round(time.Millisecond)))
+		}
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// requireNoEarlyLoss fails when the store answered "lease lost" while the
+// lease was live.
+func (w *answerLog) requireNoEarlyLoss(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Empty(t, w.early, "the store found the holder's own lease or record taken")
 }
 
 // TestFaultLeaseLost: when the lease key is taken from the holder behind its
