@@ -189,7 +189,13 @@ func TestFaultCrashedHolder(t *testing.T) {
 	const key = "crash-key"
 	req := faultReq{Amount: 100}
 
-	child := startFaultChild(t, "crash", srv, prefix, key, faultLease)
+	// The dead holder's lease must still be live when the retry below
+	// reaches Redis, right after the kill: the child renews it every third
+	// of crashLease, so at least two seconds are left, six times the
+	// longest stall seen on a loaded 2-core machine (faultLease left only
+	// 270ms). The test then waits the rest of it out.
+	const crashLease = 3 * time.Second
+	child := startFaultChild(t, "crash", srv, prefix, key, crashLease)
 	ready := child.Next(t, "ready")
 	require.Equal(t, int64(1), ready.Fence)
 	require.Equal(t, opID(key), ready.ID)
@@ -211,7 +217,7 @@ func TestFaultCrashedHolder(t *testing.T) {
 	var busy *InProgressError
 	require.ErrorAs(t, err, &busy)
 	require.Greater(t, busy.RetryAfter, time.Duration(0))
-	require.LessOrEqual(t, busy.RetryAfter, faultLease)
+	require.LessOrEqual(t, busy.RetryAfter, crashLease)
 
 	rec, err := store.Read(ctx, ready.ID)
 	require.NoError(t, err)
@@ -264,18 +270,32 @@ func TestFaultFrozenHolder(t *testing.T) {
 	ready := child.Next(t, "ready")
 	require.Equal(t, int64(1), ready.Fence)
 	child.Signal(t, syscall.SIGSTOP)
-	stopped := time.Now()
+	// The frozen lease's end, on the server's clock: its expiry, or now if
+	// it ran out already.
+	rc := srv.Client(t)
+	leaseEnd, err := rc.Time(ctx).Result()
+	require.NoError(t, err)
+	if end, err := rc.PExpireTime(ctx, leaseKey(prefix, ready.ID)).Result(); err == nil && end > 0 {
+		leaseEnd = time.UnixMilli(end.Milliseconds())
+	}
 
 	// A waiting duplicate takes the key over once the frozen lease runs out.
-	g, store := faultGuard(srv.Client(t), prefix, WithLease(faultLease), WithWait(5*time.Second))
+	g, store := faultGuard(rc, prefix, WithLease(faultLease), WithWait(5*time.Second))
+	var took time.Time // when the taker ran, on the server's clock
 	v, err := Do(ctx, g, key, req, func(ctx context.Context, a *Attempt) (string, error) {
 		require.Equal(t, int64(2), a.Fence)
 		require.Equal(t, []byte("ch_child"), a.Checkpoints()["charge_id"])
+		var err error
+		took, err = rc.Time(ctx).Result()
+		require.NoError(t, err)
 		return "parent", nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, "parent", v)
-	require.Less(t, time.Since(stopped), faultLease+time.Second)
+	// The waiter woke when the lease ran out, as Redis told it (RetryAfter),
+	// not at its next check of its own, watchPoll on: by the server's clock,
+	// which no stall of this process moves, the takeover came well before.
+	require.Less(t, took.Sub(leaseEnd), watchPoll, "the waiter took over %v after the lease ended", took.Sub(leaseEnd))
 
 	child.Signal(t, syscall.SIGCONT)
 	cancelled := child.Next(t, "cancelled")
@@ -363,7 +383,7 @@ func TestFaultRedisDownMidway(t *testing.T) {
 	require.NotErrorIs(t, err, ErrLeaseLost)
 
 	srv.Restart(t)
-	waitLeaseGone(t, store, opID("k"), 3*faultLease)
+	waitLeaseGone(t, store, opID("k"), time.Minute) // a hang guard: the lease ends within faultLease
 	v, err = Do(ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
 		runs++
 		require.Equal(t, int64(2), a.Fence)
@@ -477,15 +497,9 @@ func droppedReplyTry(t *testing.T, script string, store *RedisStore, d *redistes
 		}
 		return fmt.Sprintf("done at fence %d", a.Fence), nil
 	}
-	// refused reports whether err is the library refusing a claim whose
-	// reply (or renewal) came after its lease: fn did not run.
-	refused := func(err error) bool {
-		return errors.Is(err, ErrStoreUnavailable) && errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotRecorded)
-	}
-
 	v, err := Do(ctx, g, key, req, fn)
 	w.requireNoEarlyLoss(t)
-	if refused(err) {
+	if refusedLate(err) {
 		require.Zero(t, runs.Load(), "fn ran on a claim the library refused")
 		return false
 	}
@@ -498,7 +512,7 @@ func droppedReplyTry(t *testing.T, script string, store *RedisStore, d *redistes
 		// The re-sent release must not fail: the key is free at once.
 		v, err = Do(ctx, g, key, req, fn)
 		w.requireNoEarlyLoss(t)
-		if refused(err) || late {
+		if refusedLate(err) || late {
 			return false
 		}
 		require.NoError(t, err)
@@ -522,6 +536,13 @@ func droppedReplyTry(t *testing.T, script string, store *RedisStore, d *redistes
 	require.Equal(t, idemstore.StateCompleted, rec.State)
 	require.Zero(t, rec.LeaseTTL, "completion drops the lease")
 	return true
+}
+
+// refusedLate reports whether err is the library refusing a claim whose
+// reply (or the renewal that followed it) came after the lease it set,
+// measured from when it was sent: fn did not run.
+func refusedLate(err error) bool {
+	return errors.Is(err, ErrStoreUnavailable) && errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotRecorded)
 }
 
 // answerLog is a store that tells a test what the store answered, apart
@@ -854,7 +875,10 @@ func TestFaultWaitersTakeOver(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	const lease = 300 * time.Millisecond
-	g, store := faultGuard(srv.Client(t), redistest.Prefix(t), WithLease(lease), WithWait(5*time.Second))
+	// The dead holder's lease is short, to be waited out; the taker's is
+	// long, so that on a loaded machine no second waiter takes the key
+	// from a taker whose renewal came late.
+	g, store := faultGuard(srv.Client(t), redistest.Prefix(t), WithLease(time.Minute), WithWait(5*time.Second))
 	ctx := context.Background()
 	req := faultReq{Amount: 32}
 	fp, err := requestFingerprint(req)
@@ -892,7 +916,9 @@ func TestFaultWaitersTakeOver(t *testing.T) {
 func TestFaultWaitersOneSideEffect(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
-	g, _ := faultGuard(srv.Client(t), redistest.Prefix(t), WithLease(faultLease), WithWait(5*time.Second))
+	// A lease no renewal misses on a loaded machine: the test is about
+	// duplicates, and nothing in it waits for a lease to run out.
+	g, _ := faultGuard(srv.Client(t), redistest.Prefix(t), WithLease(time.Minute), WithWait(5*time.Second))
 	const n = 64
 	var runs atomic.Int32
 	start := make(chan struct{})
