@@ -53,6 +53,7 @@ type faultReq struct {
 type faultEvent struct {
 	Event       string `json:"event"` // "ready", "cancelled" or "result"
 	Fence       int64  `json:"fence,omitempty"`
+	Refused     int64  `json:"refused,omitempty"` // claims refused as late before the one that runs
 	ID          string `json:"id,omitempty"`
 	Value       string `json:"value,omitempty"`
 	Err         string `json:"err,omitempty"`
@@ -117,11 +118,34 @@ func runFaultChild(role string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	v, err := Do(ctx, g, os.Getenv(faultKeyEnv), faultReq{Amount: 100}, func(ctx context.Context, a *Attempt) (string, error) {
+	// A claim the library found answered past its lease (a loaded
+	// machine) ran nothing: claim again, and tell the parent how many
+	// claims took a fence before.
+	var v string
+	for refused := int64(0); refused < 10; refused++ {
+		v, err = Do(ctx, g, os.Getenv(faultKeyEnv), faultReq{Amount: 100}, childFn(role, out, refused))
+		if !refusedLate(err) {
+			break
+		}
+	}
+	ev := faultEvent{Event: "result", Value: v}
+	if err != nil {
+		ev.Err = err.Error()
+		ev.LeaseLost = errors.Is(err, ErrLeaseLost)
+		ev.NotRecorded = errors.Is(err, ErrNotRecorded)
+		ev.Unavailable = errors.Is(err, ErrStoreUnavailable)
+	}
+	return out.Encode(ev)
+}
+
+// childFn is the function of a child process in role, which tells the
+// parent where it is on out.
+func childFn(role string, out *json.Encoder, refused int64) func(ctx context.Context, a *Attempt) (string, error) {
+	return func(ctx context.Context, a *Attempt) (string, error) {
 		if err := a.Checkpoint(ctx, "charge_id", []byte("ch_child")); err != nil {
 			return "", err
 		}
-		if err := out.Encode(faultEvent{Event: "ready", Fence: a.Fence, ID: a.ID}); err != nil {
+		if err := out.Encode(faultEvent{Event: "ready", Fence: a.Fence, Refused: refused, ID: a.ID}); err != nil {
 			return "", err
 		}
 		switch role {
@@ -135,15 +159,7 @@ func runFaultChild(role string) error {
 			return "child", nil
 		}
 		return "", fmt.Errorf("child: unknown role %q", role)
-	})
-	ev := faultEvent{Event: "result", Value: v}
-	if err != nil {
-		ev.Err = err.Error()
-		ev.LeaseLost = errors.Is(err, ErrLeaseLost)
-		ev.NotRecorded = errors.Is(err, ErrNotRecorded)
-		ev.Unavailable = errors.Is(err, ErrStoreUnavailable)
 	}
-	return out.Encode(ev)
 }
 
 // startFaultChild runs this test binary as a child in role, working on key.
@@ -184,7 +200,9 @@ func TestFaultCrashedHolder(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	prefix := redistest.Prefix(t)
-	g, store := faultGuard(srv.Client(t), prefix, WithLease(faultLease))
+	// The parent's lease is one that no claim's reply outlasts on a loaded
+	// machine: its functions return at once.
+	g, store := faultGuard(srv.Client(t), prefix, WithLease(time.Minute))
 	ctx := context.Background()
 	const key = "crash-key"
 	req := faultReq{Amount: 100}
@@ -197,7 +215,7 @@ func TestFaultCrashedHolder(t *testing.T) {
 	const crashLease = 3 * time.Second
 	child := startFaultChild(t, "crash", srv, prefix, key, crashLease)
 	ready := child.Next(t, "ready")
-	require.Equal(t, int64(1), ready.Fence)
+	require.Equal(t, 1+ready.Refused, ready.Fence, "the first claim to run, after %d refused as late", ready.Refused)
 	require.Equal(t, opID(key), ready.ID)
 	child.Signal(t, syscall.SIGKILL)
 	require.Error(t, child.Wait(t))
@@ -237,7 +255,7 @@ func TestFaultCrashedHolder(t *testing.T) {
 	}
 
 	v, err := Do(ctx, g, key, req, func(ctx context.Context, a *Attempt) (string, error) {
-		require.Equal(t, int64(2), a.Fence)
+		require.Equal(t, ready.Fence+1, a.Fence)
 		require.Equal(t, ready.ID, a.ID)
 		require.Equal(t, map[string][]byte{"charge_id": []byte("ch_child")}, a.Checkpoints())
 		return "reconciled " + string(a.Checkpoints()["charge_id"]), nil
@@ -268,7 +286,7 @@ func TestFaultFrozenHolder(t *testing.T) {
 
 	child := startFaultChild(t, "freeze", srv, prefix, key, faultLease)
 	ready := child.Next(t, "ready")
-	require.Equal(t, int64(1), ready.Fence)
+	require.Equal(t, 1+ready.Refused, ready.Fence, "the first claim to run, after %d refused as late", ready.Refused)
 	child.Signal(t, syscall.SIGSTOP)
 	// The frozen lease's end, on the server's clock: its expiry, or now if
 	// it ran out already.
@@ -280,10 +298,12 @@ func TestFaultFrozenHolder(t *testing.T) {
 	}
 
 	// A waiting duplicate takes the key over once the frozen lease runs out.
-	g, store := faultGuard(rc, prefix, WithLease(faultLease), WithWait(5*time.Second))
+	// Its own lease is one that no claim's reply outlasts on a loaded
+	// machine: its function returns at once.
+	g, store := faultGuard(rc, prefix, WithLease(time.Minute), WithWait(5*time.Second))
 	var took time.Time // when the taker ran, on the server's clock
 	v, err := Do(ctx, g, key, req, func(ctx context.Context, a *Attempt) (string, error) {
-		require.Equal(t, int64(2), a.Fence)
+		require.Equal(t, ready.Fence+1, a.Fence)
 		require.Equal(t, []byte("ch_child"), a.Checkpoints()["charge_id"])
 		var err error
 		took, err = rc.Time(ctx).Result()
@@ -310,7 +330,7 @@ func TestFaultFrozenHolder(t *testing.T) {
 	rec, err := store.Read(ctx, ready.ID)
 	require.NoError(t, err)
 	require.Equal(t, idemstore.StateCompleted, rec.State)
-	require.Equal(t, int64(2), rec.Fence)
+	require.Equal(t, ready.Fence+1, rec.Fence)
 	v, err = Do(ctx, g, key, req, func(context.Context, *Attempt) (string, error) {
 		t.Error("a completed key ran again")
 		return "", nil
@@ -326,7 +346,9 @@ func TestFaultRedisDownBefore(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(fastFailOptions(srv.Options()))
 	t.Cleanup(func() { _ = c.Close() })
-	g, _ := faultGuard(c, "idem", WithLease(faultLease))
+	// A lease no claim's reply outlasts on a loaded machine: none runs out
+	// here.
+	g, _ := faultGuard(c, "idem", WithLease(time.Minute))
 	ctx := context.Background()
 
 	srv.Stop(t)
@@ -370,13 +392,16 @@ func TestFaultRedisDownMidway(t *testing.T) {
 	req := faultReq{Amount: 7}
 
 	runs := 0
-	v, err := Do(ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
+	var fence int64
+	v, refused, err := doInTime(t, ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
 		runs++
+		fence = a.Fence
 		require.NoError(t, a.Checkpoint(ctx, "charge_id", []byte("ch_1")))
 		srv.Stop(t) // saves the data: the claim survives the restart
 		return "charged", nil
 	})
 	require.Equal(t, 1, runs)
+	require.Equal(t, 1+refused, fence, "the first claim to run, after %d refused as late", refused)
 	require.Equal(t, "charged", v, "fn's value is returned with ErrNotRecorded")
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorIs(t, err, ErrStoreUnavailable)
@@ -384,15 +409,17 @@ func TestFaultRedisDownMidway(t *testing.T) {
 
 	srv.Restart(t)
 	waitLeaseGone(t, store, opID("k"), time.Minute) // a hang guard: the lease ends within faultLease
-	v, err = Do(ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
+	var retryFence int64
+	v, refused, err = doInTime(t, ctx, g, "k", req, func(ctx context.Context, a *Attempt) (string, error) {
 		runs++
-		require.Equal(t, int64(2), a.Fence)
+		retryFence = a.Fence
 		require.Equal(t, []byte("ch_1"), a.Checkpoints()["charge_id"])
 		return "reconciled", nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, "reconciled", v)
 	require.Equal(t, 2, runs)
+	require.Equal(t, fence+1+refused, retryFence, "the next claim to run, after %d refused as late", refused)
 }
 
 // TestFaultDroppedReply loses the reply to each script after Redis ran it;
@@ -545,6 +572,24 @@ func refusedLate(err error) bool {
 	return errors.Is(err, ErrStoreUnavailable) && errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrNotRecorded)
 }
 
+// doInTime calls Do until the library does not refuse its claim as
+// answered past the lease it set, measured from when it was sent (as a
+// loaded machine makes it), at most ten times. It returns the outcome of the
+// last call and the number of claims refused before it: they ran nothing,
+// but each took a fence, so the claim that ran has a fence that much
+// higher.
+func doInTime[T any](t *testing.T, ctx context.Context, g *Guard, key string, req any, fn func(context.Context, *Attempt) (T, error)) (v T, refused int64, err error) {
+	t.Helper()
+	for {
+		v, err = Do(ctx, g, key, req, fn)
+		if !refusedLate(err) {
+			return v, refused, err
+		}
+		refused++
+		require.Less(t, refused, int64(10), "the library found every claim late: %v", err)
+	}
+}
+
 // answerLog is a store that tells a test what the store answered, apart
 // from what the library decided about time: every heartbeat's answer (on
 // beats), and the answers "lease lost" that came while the holder's lease
@@ -647,7 +692,7 @@ func TestFaultLeaseLost(t *testing.T) {
 				res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "intruder", Fingerprint: rec.Fingerprint, Lease: time.Minute, TTL: time.Hour})
 				require.NoError(t, err)
 				require.Equal(t, idemstore.ClaimOK, res.Status)
-				require.Equal(t, int64(2), res.Fence)
+				require.Equal(t, rec.Fence+1, res.Fence)
 			},
 			takenOver: true,
 		},
@@ -664,7 +709,9 @@ func TestFaultLeaseLost(t *testing.T) {
 			ctx := context.Background()
 
 			var detected int32 // renewals sent after the steal
-			v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+			var fence int64    // the holder's
+			v, _, err := doInTime(t, ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+				fence = a.Fence
 				// The thief's calls use their own context: once the lease key
 				// is gone, the next heartbeat may cancel fn's at any moment.
 				tt.steal(context.Background(), t, c, store, a.ID, leaseKey(prefix, a.ID))
@@ -690,7 +737,7 @@ func TestFaultLeaseLost(t *testing.T) {
 				require.ErrorIs(t, err, ErrLeaseLost)
 				require.Equal(t, idemstore.StateInProgress, rec.State)
 				require.Equal(t, "intruder", rec.Owner)
-				require.Equal(t, int64(2), rec.Fence)
+				require.Equal(t, fence+1, rec.Fence)
 			} else if err == nil {
 				// Nobody else claimed the record: the holder's result may
 				// still be stored; what matters is that it is consistent.
@@ -730,9 +777,9 @@ func TestFaultRedisHangs(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			g, _ := faultGuard(c, "idem", WithLease(lease))
 
-			var fnEnd time.Time
-			start := time.Now()
-			_, err := Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+			var start, fnEnd time.Time
+			_, _, err := doInTime(t, context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+				start = time.Now() // the lease was measured from a little earlier, when the claim was sent
 				srv.Pause(t)
 				defer srv.Resume(t)
 				select {
@@ -744,6 +791,7 @@ func TestFaultRedisHangs(t *testing.T) {
 			})
 			returned := time.Since(start)
 			ranFor := fnEnd.Sub(start)
+			require.False(t, start.IsZero(), "fn did not run")
 			require.ErrorIs(t, err, ErrLeaseLost, "fn's context was not cancelled within %v of a %v lease", ranFor, lease)
 			// Generous, for any load: ten leases, where the defect waited
 			// for the renewal's ReadTimeout, 3s.
@@ -766,7 +814,7 @@ func TestFaultCheckpointAfterLeaseLost(t *testing.T) {
 	c := srv.Client(t)
 	prefix := redistest.Prefix(t)
 	g, store := faultGuard(c, prefix, WithLease(300*time.Millisecond))
-	_, err := Do(context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+	_, _, err := doInTime(t, context.Background(), g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
 		// The intruder's calls use their own context: once the lease key is
 		// gone, the next heartbeat may cancel fn's context at any moment.
 		bg := context.Background()
@@ -843,7 +891,7 @@ func TestFaultRedisLosesData(t *testing.T) {
 	g, _ := faultGuard(c, "idem", WithLease(lease))
 	ctx := context.Background()
 
-	v, err := Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+	v, _, err := doInTime(t, ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
 		require.NoError(t, a.Checkpoint(ctx, "charge_id", []byte("ch_1")))
 		srv.Kill(t)
 		srv.Restart(t)
@@ -859,13 +907,15 @@ func TestFaultRedisLosesData(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotRecorded)
 	require.ErrorIs(t, err, ErrLeaseLost)
 
-	v, err = Do(ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
-		require.Equal(t, int64(1), a.Fence, "the record is gone: the key is new")
+	var fence int64
+	v, refused, err := doInTime(t, ctx, g, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+		fence = a.Fence
 		require.Empty(t, a.Checkpoints())
 		return "charged again", nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, "charged again", v)
+	require.Equal(t, 1+refused, fence, "the record is gone: the key is new (%d claims refused as late since)", refused)
 }
 
 // TestFaultWaitersTakeOver: a holder died with the key claimed; 32 waiting
