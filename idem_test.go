@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"runtime"
@@ -26,7 +27,12 @@ import (
 // backend is one Redis the engine tests run against: miniredis, whose clock
 // moves only when advanced, or a real redis-server.
 type backend struct {
-	client  *redis.Client
+	client *redis.Client
+	// options returns new options for the same server, for a test that
+	// needs a client of its own: never client.Options(), which returns the
+	// client's own, carrying its push notification processor (a client made
+	// from them registers go-redis's handlers a second time, and says so).
+	options func() *redis.Options
 	prefix  string
 	advance func(time.Duration) // moves the server's clock forward
 	mr      *miniredis.Miniredis
@@ -58,17 +64,18 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
 		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		options := func() *redis.Options { return &redis.Options{Addr: m.Addr()} }
+		c := redis.NewClient(options())
 		t.Cleanup(func() { c.Close() })
-		f(t, &backend{client: c, prefix: "idem", advance: m.FastForward, mr: m})
+		f(t, &backend{client: c, options: options, prefix: "idem", advance: m.FastForward, mr: m})
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		srv := redistest.Shared(t)
-		f(t, &backend{client: srv.Client(t), prefix: redistest.Prefix(t), advance: time.Sleep})
+		f(t, &backend{client: srv.Client(t), options: srv.Options, prefix: redistest.Prefix(t), advance: time.Sleep})
 	})
 	t.Run("redis-server-autopipe", func(t *testing.T) {
 		srv := redistest.Shared(t)
-		f(t, &backend{client: srv.Client(t), prefix: redistest.Prefix(t), advance: time.Sleep, pipelined: true})
+		f(t, &backend{client: srv.Client(t), options: srv.Options, prefix: redistest.Prefix(t), advance: time.Sleep, pipelined: true})
 	})
 }
 
@@ -736,7 +743,7 @@ func TestLeaseLostCancelsFn(t *testing.T) {
 // key; a duplicate meanwhile is told to wait, not run.
 func TestHeartbeatKeepsLongRuns(t *testing.T) {
 	srv := redistest.Shared(t)
-	b := &backend{client: srv.Client(t), prefix: redistest.Prefix(t)}
+	b := &backend{client: srv.Client(t), options: srv.Options, prefix: redistest.Prefix(t)}
 	g := b.guard(t, idem.WithLease(150*time.Millisecond))
 	v, err := idem.Do(context.Background(), g, "k", nil, func(ctx context.Context, a *idem.Attempt) (string, error) {
 		for range 4 {
@@ -759,7 +766,7 @@ func TestHeartbeatKeepsLongRuns(t *testing.T) {
 // told to wait, not run.
 func TestLeaseOutlivesCallerCancel(t *testing.T) {
 	srv := redistest.Shared(t)
-	b := &backend{client: srv.Client(t), prefix: redistest.Prefix(t)}
+	b := &backend{client: srv.Client(t), options: srv.Options, prefix: redistest.Prefix(t)}
 	g := b.guard(t, idem.WithLease(150*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	var dupRuns atomic.Int32
@@ -917,7 +924,30 @@ func fpOfNil(t *testing.T, b *backend, id string) string {
 }
 
 func TestMain(m *testing.M) {
+	log := &redisLog{out: stdlog.New(os.Stderr, "redis: ", stdlog.LstdFlags)}
+	redis.SetLogger(log)
 	code := m.Run()
 	redistest.StopShared()
+	if n := log.maint.Load(); n > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: go-redis could not set up maintenance notifications for %d client(s): "+
+			"a client built from another client's Options() shares its push notification processor\n", n)
+		code = 1
+	}
 	os.Exit(code)
+}
+
+// redisLog is go-redis's logger in the tests: it writes as go-redis's own
+// does, and counts the clients whose maintenance notifications could not be
+// set up, which only a test's mistake causes (see backend.options).
+type redisLog struct {
+	out   *stdlog.Logger
+	maint atomic.Int32
+}
+
+func (l *redisLog) Printf(_ context.Context, format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "failed to initialize maintnotifications") {
+		l.maint.Add(1)
+	}
+	l.out.Print(msg)
 }

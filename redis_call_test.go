@@ -38,7 +38,7 @@ func TestScriptArgumentsPrintAsText(t *testing.T) {
 }
 
 func testScriptArgumentsPrintAsText(t *testing.T, b *backend) {
-	c := redis.NewClient(b.client.Options())
+	c := redis.NewClient(b.options())
 	t.Cleanup(func() { _ = c.Close() })
 	hook := &printedCommands{}
 	c.AddHook(hook)

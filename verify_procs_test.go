@@ -224,5 +224,5 @@ func runProcessSchedule(t *testing.T, seed uint64, duration time.Duration) {
 		}
 		t.Logf("seed %d: %s", seed, v)
 	}
-	require.True(t, rep.OK(), "seed %d: %d violation(s); replay with IDEM_VERIFY_LONG=1 IDEM_VERIFY_SEED=%d go test -run TestRandomFaultsProcesses", seed, rep.Total(), seed)
+	requireWithinLimits(t, rep, seed, "TestRandomFaultsProcesses")
 }

@@ -57,7 +57,7 @@ func (h *stackHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestCompletionGoroutine(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		for _, ctxTimeout := range []bool{false, true} {
-			o := b.client.Options()
+			o := b.options()
 			o.ContextTimeoutEnabled = ctxTimeout
 			c := redis.NewClient(o)
 			t.Cleanup(func() { _ = c.Close() })

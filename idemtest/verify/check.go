@@ -206,31 +206,20 @@ func (c *checker) callsAfterFirst() {
 
 // violate records a violation of inv by the calls with indexes idx.
 func (c *checker) violate(inv, what, key string, idx ...int) {
-	lo, hi := time.Duration(1<<62), time.Duration(0)
 	v := Violation{Invariant: inv, What: what, Key: key}
 	for _, i := range idx {
 		if i < 0 || i >= len(c.calls) {
 			continue // an effect of a call the history does not hold
 		}
-		call := c.calls[i]
-		v.Calls = append(v.Calls, call)
-		lo = min(lo, call.Start)
-		end := call.End
-		if end < 0 {
-			end = 1 << 62
-		}
-		hi = max(hi, end)
+		v.Calls = append(v.Calls, c.calls[i])
 	}
+	lo, hi := span(v.Calls)
 	for _, f := range c.faults {
-		end := f.End
-		if end < 0 {
-			end = 1 << 62
-		}
-		if f.Start <= hi && end >= lo && !slices.Contains(v.Faults, f.Name) {
+		if f.Start <= hi && endOf(f.End) >= lo && !slices.Contains(v.Faults, f.Name) {
 			v.Faults = append(v.Faults, f.Name)
-			if f.Limit != "" && v.Limit == "" {
-				v.Limit = f.Limit
-			}
+		}
+		if f.Limit != "" && v.Limit == "" && reaches(f, v.Calls) {
+			v.Limit = f.Limit
 		}
 	}
 	if v.Limit != "" {
@@ -239,6 +228,45 @@ func (c *checker) violate(inv, what, key string, idx ...int) {
 	if len(c.r.Violations) < maxDetailed {
 		c.r.Violations = append(c.r.Violations, v)
 	}
+}
+
+// endOf returns the end d, or a time after every other for -1 (no end).
+func endOf(d time.Duration) time.Duration {
+	if d < 0 {
+		return 1 << 62
+	}
+	return d
+}
+
+// span returns the earliest start and the latest end of calls.
+func span(calls []Call) (lo, hi time.Duration) {
+	lo = 1 << 62
+	for _, call := range calls {
+		lo, hi = min(lo, call.Start), max(hi, endOf(call.End))
+	}
+	return lo, hi
+}
+
+// reaches reports whether the violation of calls falls within the
+// documented limit of f: calls that ran while f was active, or, for a
+// fault with a Reach, the pattern Fault.Reach describes.
+func reaches(f Fault, calls []Call) bool {
+	lo, hi := span(calls)
+	if f.Reach <= 0 {
+		return f.Start <= hi && endOf(f.End) >= lo
+	}
+	if len(calls) < 2 {
+		return false
+	}
+	began, missed := false, false
+	for _, call := range calls {
+		if endOf(call.End) < f.Start-f.Reach {
+			return false // acknowledged before the window
+		}
+		began = began || call.Start <= endOf(f.End)
+		missed = missed || endOf(call.End) >= f.Start
+	}
+	return began && missed
 }
 
 // latencies returns the median and the 99th percentile of the calls'

@@ -175,6 +175,92 @@ func TestCheckNamesFaultAndLimit(t *testing.T) {
 	}
 }
 
+// TestCheckAttributesCrashWithinReach: a crash of a Redis with AOF
+// everysec loses the writes of the seconds before it (Fault.Reach). A key
+// handed out within the reach and run again after the crash is a
+// violation attributed to that limit, with its duplicate effect and its
+// divergent replay; the same loss handed out before the reach, or seen
+// only among calls after the restart, or a violation of one call during
+// the crash, is a violation outside the documented limits.
+func TestCheckAttributesCrashWithinReach(t *testing.T) {
+	const reach = time.Second
+	crash := Fault{Name: "Redis killed (SIGKILL), AOF everysec", Limit: LimitAOFEverysec, Start: 5000 * ms, End: 5400 * ms, Reach: reach}
+	// lost plants, on key k, a result handed out by a call that ran in
+	// [start, end], and a run again after the restart that hands out
+	// another, its effect accepted again at fence 1: the record was lost.
+	lost := func(h *History, k string, start, end time.Duration) {
+		first := len(h.calls)
+		h.AddCall(ran(call(k, start, end, KindOK, k+"1"), 1))
+		h.AddCall(ran(call(k, 5500*ms, 5600*ms, KindOK, k+"2"), 1))
+		h.AddEffect(Effect{Key: k, Fence: 1, Value: k + "1", Call: first, Accepted: true})
+		h.AddEffect(Effect{Key: k, Fence: 1, Value: k + "2", Call: first + 1, Accepted: true})
+	}
+	tests := []struct {
+		name       string
+		plant      func(h *History)
+		total      int
+		fromLimits int
+		after      bool // the calls all came after the crash, which they do not name
+	}{
+		{
+			name:  "handed out just before the crash",
+			plant: func(h *History) { lost(h, "x", 4950*ms, 4990*ms) },
+			total: 3, fromLimits: 3, // I1, I2 and I3: all the limit's
+		},
+		{
+			name:  "handed out at the edge of the reach",
+			plant: func(h *History) { lost(h, "x", 3990*ms, 4000*ms) },
+			total: 3, fromLimits: 3,
+		},
+		{
+			name:  "handed out while the crash began",
+			plant: func(h *History) { lost(h, "x", 4990*ms, 5010*ms) },
+			total: 3, fromLimits: 3,
+		},
+		{
+			name:  "handed out before the reach",
+			plant: func(h *History) { lost(h, "x", 3900*ms, 3950*ms) },
+			total: 3, fromLimits: 0,
+		},
+		{
+			name: "lost after the restart",
+			plant: func(h *History) {
+				h.AddCall(ran(call("y", 5410*ms, 5450*ms, KindOK, "y1"), 1))
+				h.AddCall(ran(call("y", 5500*ms, 5600*ms, KindOK, "y1"), 2))
+			},
+			total: 1, fromLimits: 0, after: true,
+		},
+		{
+			name: "fail-closed error during the crash",
+			plant: func(h *History) {
+				h.AddCall(ran(call("z", 4990*ms, 5100*ms, KindUnavailable, ""), 1))
+			},
+			total: 1, fromLimits: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := clean()
+			h.AddFault(crash)
+			tt.plant(h)
+			r := Check(h)
+			require.Equal(t, tt.total, r.Total(), "%v", r.Violations)
+			require.Equal(t, tt.fromLimits, r.FromLimits, "%v", r.Violations)
+			for _, v := range r.Violations {
+				if !tt.after {
+					require.Contains(t, v.Faults, crash.Name, "the crash is named either way: %s", v)
+				}
+				if tt.fromLimits > 0 {
+					require.Equal(t, LimitAOFEverysec, v.Limit)
+					require.Contains(t, v.String(), "documented limit of idem: "+LimitAOFEverysec)
+				} else {
+					require.Empty(t, v.Limit)
+				}
+			}
+		})
+	}
+}
+
 // TestCheckRecorder: calls recorded through Begin, Ran and End, effects
 // through a Sink that fences off a stale attempt.
 func TestCheckRecorder(t *testing.T) {

@@ -20,7 +20,9 @@
 // Each violation names the key, the calls involved and the faults active at
 // the time; where the fault is one of idem's documented limits (failover
 // without replica acknowledgements, eviction, a restart without
-// persistence) the violation says so, and it still counts.
+// persistence, a crash with AOF everysec, which reaches only the writes
+// of the seconds before it: Fault.Reach) the violation says so, and it
+// still counts.
 //
 // Workload drives the same randomised traffic through a Guard for the
 // fault tests, the long run and the idem verify command.
@@ -128,6 +130,17 @@ type Fault struct {
 	Limit string // the documented limit it exercises, or ""
 	Start time.Duration
 	End   time.Duration // -1 while active
+
+	// Reach, when positive, bounds what the fault's limit can lose: the
+	// writes acknowledged within Reach before Start, as a crash of a Redis
+	// whose AOF is fsynced every second loses the writes it had not yet
+	// written out. A violation is then attributed to the limit only when
+	// it involves two calls or more, every one of them ended after
+	// Start-Reach (or never), one began before End, and one ended after
+	// Start (or never): something acknowledged in the window, missed after
+	// the fault began. Any other violation during the fault still counts
+	// as one outside the documented limits.
+	Reach time.Duration
 }
 
 // The documented limits a fault may exercise.
@@ -135,6 +148,12 @@ const (
 	LimitFailover = "failover without replica acknowledgements"
 	LimitEviction = "eviction"
 	LimitRestart  = "restart without persistence"
+	// LimitAOFEverysec is a crash of a Redis with appendonly yes and
+	// appendfsync everysec: Redis postpones writing its AOF buffer for up
+	// to two seconds while a background fsync is slow, and a crash loses
+	// what it postponed, acknowledged writes included. Give the fault a
+	// Reach.
+	LimitAOFEverysec = "crash with AOF appendfsync everysec"
 )
 
 // A History records calls, effects and faults. Its methods may be called
