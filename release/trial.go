@@ -47,7 +47,7 @@ func newTrial(ctx context.Context, dir, version string, offline bool, log io.Wri
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "GOPATH", "GOMODCACHE", "GOPROXY", "GOSUMDB", "GONOSUMDB", "GOPRIVATE", "GONOPROXY", "GOFLAGS", "GOWORK", "GOBIN", "GOTOOLCHAIN", "GO111MODULE":
+		case "GOPATH", "GOMODCACHE", "GOPROXY", "GOSUMDB", "GONOSUMDB", "GOPRIVATE", "GONOPROXY", "GOFLAGS", "GOWORK", "GOBIN", "GO111MODULE":
 			continue
 		}
 		t.env = append(t.env, kv)
@@ -60,7 +60,6 @@ func newTrial(ctx context.Context, dir, version string, offline bool, log io.Wri
 		"GOFLAGS=-mod=mod -trimpath",
 		"GOWORK=off",
 		"GOBIN="+filepath.Join(dir, "bin"),
-		"GOTOOLCHAIN=local",
 	)
 	for _, d := range []string{"proxy", "user", "bin"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
