@@ -81,7 +81,7 @@ func FingerprintJSON(pointers ...string) func(r *http.Request, body []byte) ([]b
 	}
 	return func(_ *http.Request, body []byte) ([]byte, error) {
 		if err := jsonptr.Valid(body); err != nil {
-			return nil, fmt.Errorf("idem: body is not JSON (%w)", err)
+			return nil, fmt.Errorf("idem: body is not JSON: %w", err)
 		}
 		var out []byte
 		for _, p := range ps {
@@ -99,7 +99,7 @@ func FingerprintJSON(pointers ...string) func(r *http.Request, body []byte) ([]b
 // there is none.
 func findJSON(body []byte, p jsonptr.Pointer) ([]byte, error) {
 	if err := jsonptr.Valid(body); err != nil {
-		return nil, fmt.Errorf("idem: body is not JSON (%w)", err)
+		return nil, fmt.Errorf("idem: body is not JSON: %w", err)
 	}
 	v, err := p.Find(body)
 	if err != nil {

@@ -369,17 +369,17 @@ func TestKeyFromJSON(t *testing.T) {
 
 func TestFingerprintJSON(t *testing.T) {
 	fp := idem.FingerprintJSON("/type", "/data")
-	print := func(body string) []byte {
+	printOf := func(body string) []byte {
 		t.Helper()
 		b, err := fp(nil, []byte(body))
 		require.NoError(t, err)
 		return b
 	}
-	base := print(`{"type":"a","data":{"x":1,"y":[1,2]},"attempt":1}`)
-	require.Equal(t, base, print(`{"attempt":7, "data":{"y":[1,2],"x":1},"type":"a"}`), "order, whitespace and other members do not count")
-	require.NotEqual(t, base, print(`{"type":"a","data":{"x":1,"y":[2,1]}}`))
-	require.NotEqual(t, base, print(`{"type":"b","data":{"x":1,"y":[1,2]}}`))
-	require.NotEqual(t, base, print(`{"type":"a","data":{"x":1.0,"y":[1,2]}}`), "numbers as written")
+	base := printOf(`{"type":"a","data":{"x":1,"y":[1,2]},"attempt":1}`)
+	require.Equal(t, base, printOf(`{"attempt":7, "data":{"y":[1,2],"x":1},"type":"a"}`), "order, whitespace and other members do not count")
+	require.NotEqual(t, base, printOf(`{"type":"a","data":{"x":1,"y":[2,1]}}`))
+	require.NotEqual(t, base, printOf(`{"type":"b","data":{"x":1,"y":[1,2]}}`))
+	require.NotEqual(t, base, printOf(`{"type":"a","data":{"x":1.0,"y":[1,2]}}`), "numbers as written")
 	// Values cannot run into each other's place.
 	swap := idem.FingerprintJSON("/a", "/b")
 	x, _ := swap(nil, []byte(`{"a":"1","b":"23"}`))
