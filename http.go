@@ -21,15 +21,18 @@ import (
 //
 // For a request whose method is configured (WithMethods; default POST and
 // PATCH), the middleware reads the key from the Idempotency-Key header (a
-// plain value or an RFC 8941 quoted string), the scope (WithScope) and the
-// body (up to WithMaxRequestBody), and fingerprints the request: method,
-// path and query, and body, where a JSON body (by Content-Type) is
-// canonicalised so that object member order and whitespace do not matter
-// (a body whose objects repeat a member name is compared byte for byte).
-// Then:
+// plain value or an RFC 8941 quoted string; another header with
+// WithKeyHeader, or from the request by WithKeyFunc's function), the scope
+// (WithScope) and the body (up to WithMaxRequestBody), and fingerprints the
+// request: method, path and query, and body, where a JSON body (by
+// Content-Type) is canonicalised so that object member order and whitespace
+// do not matter (a body whose objects repeat a member name is compared byte
+// for byte); WithFingerprint replaces the query and body with the bytes its
+// function returns. Then:
 //
 //   - Missing key: 400 (or, with WithOptionalKey, the handler runs unprotected).
 //   - Invalid key (empty, over 255 bytes, not printable ASCII): 400.
+//   - WithKeyFunc's or WithFingerprint's function returns an error: 400.
 //   - WithScope returned "": 500; the handler does not run (fail closed).
 //   - Body too large: 413. Body unreadable: 400.
 //   - First request: the handler runs once, with the Attempt in the request's
@@ -84,13 +87,24 @@ func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 			o(&c)
 		}
 	}
+	if c.keyFunc != nil && c.headerSet {
+		c.fail("WithKeyFunc and WithKeyHeader: the key is taken from one place; give one of them")
+	}
 	if len(c.errs) > 0 {
 		panic("idem: Middleware: " + strings.Join(c.errs, "; "))
 	}
 	if !c.waitSet {
 		c.wait = g.wait
 	}
-	m := &middleware{g: g, httpConfig: c}
+	m := &middleware{g: g, httpConfig: c, keyName: c.header}
+	if c.keyFunc != nil {
+		m.keyName = "idempotency key"
+	}
+	what := "method, path, query or body"
+	if c.fingerprint != nil {
+		what = "method, path, or the parts of it this route compares"
+	}
+	m.reusedDetail = "This " + m.keyName + " was already used with a different request (" + what + "). Use a new key for a new operation; reuse a key only to retry exactly the same request."
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("idem: Middleware applied to a nil handler")
@@ -102,6 +116,8 @@ func (g *Guard) Middleware(opts ...HTTPOption) func(http.Handler) http.Handler {
 type middleware struct {
 	g *Guard
 	httpConfig
+	keyName      string // what problems call the key: the header's name, or "idempotency key"
+	reusedDetail string // the detail of the 422
 }
 
 type idemHandler struct {
@@ -114,6 +130,10 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	if !m.protects(r.Method) {
 		h.next.ServeHTTP(w, r)
+		return
+	}
+	if m.keyFunc != nil {
+		h.serveKeyFunc(w, r)
 		return
 	}
 	values := r.Header[m.header]
@@ -143,9 +163,16 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ob.end(refused, nil)
 		return
 	}
+	h.run(w, r, op{kind: KindHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob}, bp, body)
+}
 
+// run runs the handler of a request under o, at most once, with the body
+// that the middleware read into the pooled buffer bp; it answers repeats
+// with the stored response and refusals with a problem.
+func (h *idemHandler) run(w http.ResponseWriter, r *http.Request, o op, bp *[]byte, body []byte) {
+	m := h.m
 	var c *call
-	m.g.exec(r.Context(), op{kind: KindHTTP, scope: scope, key: key, fp: fp, detach: true, wait: m.wait, retention: m.retention, obs: ob},
+	m.g.exec(r.Context(), o,
 		func(ctx context.Context, a *Attempt) ([]byte, bool) {
 			c = m.newCall(ctx, a, w, r, body)
 			h.next.ServeHTTP(&c.rec, &c.req)
@@ -211,7 +238,7 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 	if scope == "" {
 		m.g.log.ErrorContext(r.Context(), "idem: request refused: WithScope returned an empty scope; is authentication in front of the middleware?", "event", "scope_missing",
 			"method", r.Method, "path", r.URL.Path)
-		writeProblem(w, &probScopeMissing, "The server could not tell which account this request's "+m.header+" belongs to, so the request was not processed. This is a fault of the server; retrying will not help until it is fixed.")
+		writeProblem(w, &probScopeMissing, "The server could not tell which account this request's "+m.keyName+" belongs to, so the request was not processed. This is a fault of the server; retrying will not help until it is fixed.")
 		return "", false
 	}
 	return scope, true
@@ -221,13 +248,12 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 // answers with a problem and returns the outcome of the refusal.
 func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, fp string, refused Outcome) {
 	body, status := readBody(r, m.maxRequest, buf)
-	switch status {
-	case http.StatusRequestEntityTooLarge:
-		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
-		return nil, "", OutcomeTooLarge
-	case http.StatusBadRequest:
-		writeProblem(w, &probBodyUnreadable, "The request body could not be read completely. Send the request again with the same key.")
-		return nil, "", OutcomeInvalidKey
+	if refused = m.bodyRefused(w, status); refused != "" {
+		return nil, "", refused
+	}
+	if m.fingerprint != nil {
+		fp, refused = m.customPrint(w, r, body)
+		return body, fp, refused
 	}
 	return body, requestPrint(r, r.URL.EscapedPath(), body), ""
 }
@@ -291,9 +317,9 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", retrySeconds(retry))
 		writeProblem(w, &probInProgress, "A request with this key is still being processed. Retry after the number of seconds in Retry-After, with the same key; you will get its response.")
 	case errors.Is(err, ErrMismatch):
-		writeProblem(w, &probKeyReused, "This "+m.header+" was already used with a different request (method, path, query or body). Use a new key for a new operation; reuse a key only to retry exactly the same request.")
+		writeProblem(w, &probKeyReused, m.reusedDetail)
 	case errors.Is(err, ErrInvalidKey):
-		writeProblem(w, &probKeyInvalid, "The "+m.header+" header is invalid. Send 1 to 255 printable ASCII characters; a UUID is recommended.")
+		writeProblem(w, &probKeyInvalid, "The "+m.keyName+" is invalid. Send 1 to 255 printable ASCII characters; a UUID is recommended.")
 	case errors.Is(err, ErrUnreadable): // logged by the engine, with the key id
 		writeProblem(w, &probStoredUnreadable, storedUnreadableDetail)
 	default:

@@ -134,6 +134,12 @@ func BenchmarkMiddleware(b *testing.B) {
 		s.replay = true
 		serveLoop(b, h, http.MethodPost, constKey(""), 201)
 	})
+	b.Run("key-from-json/first-request", func(b *testing.B) {
+		h := quietGuard(&cannedStore{}).Middleware(
+			idem.WithKeyFunc(idem.KeyFromJSON("/customer")),
+			idem.WithFingerprint(idem.FingerprintJSON("/amount", "/currency")))(benchHandler)
+		serveLoop(b, h, http.MethodPost, func(int) string { return "" }, 201)
+	})
 	b.Run("miniredis/first-request", func(b *testing.B) {
 		c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(b).Addr()})
 		b.Cleanup(func() { c.Close() })

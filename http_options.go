@@ -49,6 +49,9 @@ type HTTPOption func(*httpConfig)
 
 type httpConfig struct {
 	header      string
+	headerSet   bool // WithKeyHeader was given
+	keyFunc     func(r *http.Request, body []byte) (string, error)
+	fingerprint func(r *http.Request, body []byte) ([]byte, error)
 	methods     []string
 	scope       func(*http.Request) string
 	optional    bool
@@ -73,8 +76,9 @@ func (c *httpConfig) fail(format string, args ...any) {
 // for everyone, which is only right when one client owns the whole API: in a
 // multi-tenant API without a scope, a tenant that sends another tenant's key
 // receives that tenant's stored response. The function runs after the key is
-// validated and before the body is read; derive the scope from authenticated
-// identity, never from a header the client may set freely.
+// validated and before the body is read (after, with WithKeyFunc); derive the
+// scope from authenticated identity, never from a header the client may set
+// freely.
 //
 // A scope function that returns "" fails closed: such a request (typically
 // one that the authentication in front of the middleware let through
@@ -150,13 +154,16 @@ func defaultCacheStatus(code int) bool {
 }
 
 // WithKeyHeader sets the request header that carries the key. The default is
-// DefaultKeyHeader, Idempotency-Key.
+// DefaultKeyHeader, Idempotency-Key. A webhook receiver names its sender's
+// delivery header: "webhook-id" (Standard Webhooks, Svix),
+// "X-GitHub-Delivery", "X-Shopify-Webhook-Id". It cannot be combined with
+// WithKeyFunc: Middleware panics when both are given.
 func WithKeyHeader(name string) HTTPOption {
 	return func(c *httpConfig) {
 		if !wire.IsToken(name) {
 			c.fail("WithKeyHeader: invalid header name %q", name)
 		}
-		c.header = http.CanonicalHeaderKey(name)
+		c.header, c.headerSet = http.CanonicalHeaderKey(name), true
 	}
 }
 

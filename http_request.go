@@ -4,6 +4,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -51,6 +52,20 @@ func readBody(r *http.Request, max int64, buf []byte) ([]byte, int) {
 		return nil, http.StatusRequestEntityTooLarge
 	}
 	return buf, 0
+}
+
+// bodyRefused answers a request whose body readBody refused with status,
+// and returns the outcome of the refusal ("" for status 0).
+func (m *middleware) bodyRefused(w http.ResponseWriter, status int) Outcome {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		writeProblem(w, &probBodyTooLarge, "The request body is larger than "+strconv.FormatInt(m.maxRequest, 10)+" bytes.")
+		return OutcomeTooLarge
+	case http.StatusBadRequest:
+		writeProblem(w, &probBodyUnreadable, "The request body could not be read completely. Send the request again with the same key.")
+		return OutcomeInvalidKey
+	}
+	return ""
 }
 
 // firstBodyRead is the buffer for the first bytes of a body whose length is

@@ -20,15 +20,16 @@ type problemKind struct {
 }
 
 var (
-	probKeyMissing       = problemKind{http.StatusBadRequest, problemBase + "key-missing", "Idempotency key missing"}
-	probKeyInvalid       = problemKind{http.StatusBadRequest, problemBase + "key-invalid", "Idempotency key invalid"}
-	probBodyUnreadable   = problemKind{http.StatusBadRequest, problemBase + "body-unreadable", "Request body unreadable"}
-	probBodyTooLarge     = problemKind{http.StatusRequestEntityTooLarge, problemBase + "body-too-large", "Request body too large"}
-	probKeyReused        = problemKind{http.StatusUnprocessableEntity, problemBase + "key-reused", "Idempotency key reused"}
-	probInProgress       = problemKind{http.StatusConflict, wire.InProgressProblem, "Request in progress"}
-	probUnavailable      = problemKind{http.StatusServiceUnavailable, problemBase + "store-unavailable", "Idempotency store unavailable"}
-	probStoredUnreadable = problemKind{http.StatusInternalServerError, problemBase + "response-unreadable", "Stored response unreadable"}
-	probScopeMissing     = problemKind{http.StatusInternalServerError, problemBase + "scope-missing", "Idempotency scope missing"}
+	probKeyMissing        = problemKind{http.StatusBadRequest, problemBase + "key-missing", "Idempotency key missing"}
+	probKeyInvalid        = problemKind{http.StatusBadRequest, problemBase + "key-invalid", "Idempotency key invalid"}
+	probBodyUnreadable    = problemKind{http.StatusBadRequest, problemBase + "body-unreadable", "Request body unreadable"}
+	probBodyTooLarge      = problemKind{http.StatusRequestEntityTooLarge, problemBase + "body-too-large", "Request body too large"}
+	probFingerprintFailed = problemKind{http.StatusBadRequest, problemBase + "fingerprint-failed", "Request fingerprint failed"}
+	probKeyReused         = problemKind{http.StatusUnprocessableEntity, problemBase + "key-reused", "Idempotency key reused"}
+	probInProgress        = problemKind{http.StatusConflict, wire.InProgressProblem, "Request in progress"}
+	probUnavailable       = problemKind{http.StatusServiceUnavailable, problemBase + "store-unavailable", "Idempotency store unavailable"}
+	probStoredUnreadable  = problemKind{http.StatusInternalServerError, problemBase + "response-unreadable", "Stored response unreadable"}
+	probScopeMissing      = problemKind{http.StatusInternalServerError, problemBase + "scope-missing", "Idempotency scope missing"}
 )
 
 // storedUnreadableDetail is the detail of a stored response, or the record

@@ -45,3 +45,34 @@ func ExampleMiddleware() {
 	// another payload: true
 	// no UUID: true
 }
+
+// Events relayed from a webhook get a new UUID on every delivery; their id
+// is in the payload, and their attempt count changes.
+func ExampleWithKeyFunc() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	g := idem.New(idem.NewRedisStore(rdb))
+
+	id, fp := idem.KeyFromJSON("/id"), idem.FingerprintJSON("/type", "/data")
+	handler := idemwatermill.Middleware(g,
+		idemwatermill.WithKeyFunc(func(m *message.Message) (string, error) { return id(nil, m.Payload) }),
+		idemwatermill.WithFingerprint(func(m *message.Message) ([]byte, error) { return fp(nil, m.Payload) }),
+	)(func(msg *message.Message) ([]*message.Message, error) {
+		fmt.Println("handling", string(msg.Payload))
+		return nil, nil
+	})
+
+	_, err := handler(message.NewMessage(watermill.NewUUID(), []byte(`{"id":"evt_1","type":"invoice.paid","attempt":1,"data":{"amount":1000}}`)))
+	fmt.Println(err)
+	_, err = handler(message.NewMessage(watermill.NewUUID(), []byte(`{"id":"evt_1","type":"invoice.paid","attempt":2,"data":{"amount":1000}}`)))
+	fmt.Println(err)
+	// Output:
+	// handling {"id":"evt_1","type":"invoice.paid","attempt":1,"data":{"amount":1000}}
+	// <nil>
+	// <nil>
+}

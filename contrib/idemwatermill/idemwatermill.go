@@ -6,7 +6,8 @@
 //	router.AddMiddleware(idemwatermill.Middleware(g))
 //
 // Middleware runs the handler under idem.Do keyed by the message UUID (or a
-// metadata field: WithKeyMetadata) and stores the messages the handler
+// metadata field: WithKeyMetadata; or an id in the payload: WithKeyFunc)
+// and stores the messages the handler
 // returns. The router publishes them and then acknowledges the message; if
 // publishing fails, or the acknowledgement is lost, the broker redelivers
 // the message, and the middleware returns the same output messages again
@@ -29,11 +30,13 @@
 //     runs the handler again, with Attempt.Fence one higher. An error wrapped
 //     with idem.Permanent is stored instead: every redelivery gets it back
 //     without running the handler (route such messages to a poison queue).
-//   - No key (an empty UUID, or an empty metadata field): ErrNoKey, and the
-//     handler does not run. A key idem refuses (over 255 bytes, not printable
-//     ASCII): an error satisfying errors.Is(err, idem.ErrInvalidKey).
-//   - The same key with another payload: an error satisfying
-//     errors.Is(err, idem.ErrMismatch), never the other message's outputs.
+//   - No key (an empty UUID, an empty metadata field, WithKeyFunc's function
+//     failing or finding none): ErrNoKey, and the handler does not run. A
+//     key idem refuses (over 255 bytes, not printable ASCII): an error
+//     satisfying errors.Is(err, idem.ErrInvalidKey).
+//   - The same key with another payload (another fingerprint, under
+//     WithFingerprint): an error satisfying errors.Is(err, idem.ErrMismatch),
+//     never the other message's outputs.
 //   - The store is unreachable: an error satisfying
 //     errors.Is(err, idem.ErrStoreUnavailable); the handler does not run.
 //   - The handler ran but its outputs could not be stored (idem.ErrNotRecorded,
@@ -41,8 +44,9 @@
 //     are published and the message acknowledged.
 //
 // A message is "the same" when its payload is: the fingerprint is the
-// SHA-256 of the payload. Metadata is left out, since brokers and middleware
-// add delivery details to it.
+// SHA-256 of the payload (or of the bytes WithFingerprint's function
+// returns). Metadata is left out, since brokers and middleware add delivery
+// details to it.
 //
 // Keys are scoped by the router's handler name (message.HandlerNameFromCtx):
 // two handlers consuming the same message (fan-out) each run once. The
@@ -72,7 +76,9 @@ var ErrNoKey = errors.New("idemwatermill: message has no idempotency key")
 type Option func(*config)
 
 type config struct {
-	field string // metadata field holding the key; "" for the UUID
+	field       string // metadata field holding the key; "" for the UUID
+	keyFunc     func(*message.Message) (string, error)
+	fingerprint func(*message.Message) ([]byte, error)
 }
 
 // WithKeyMetadata keys messages by the named metadata field instead of the
@@ -84,6 +90,47 @@ func WithKeyMetadata(field string) Option {
 			panic("idemwatermill: WithKeyMetadata with an empty field name")
 		}
 		c.field = field
+	}
+}
+
+// WithKeyFunc keys messages by what f returns for them instead of the
+// message UUID: an id in the payload, for producers that give a redelivered
+// event a new UUID (a webhook relayed to a queue, Stripe's event id).
+// idem.KeyFromJSON reads a member of a JSON payload:
+//
+//	id := idem.KeyFromJSON("/id")
+//	idemwatermill.WithKeyFunc(func(m *message.Message) (string, error) { return id(nil, m.Payload) })
+//
+// An error from f, or an empty key, is ErrNoKey (wrapping f's error) and
+// the handler does not run. It cannot be combined with WithKeyMetadata, and
+// a nil f panics.
+func WithKeyFunc(f func(*message.Message) (string, error)) Option {
+	return func(c *config) {
+		if f == nil {
+			panic("idemwatermill: WithKeyFunc(nil)")
+		}
+		c.keyFunc = f
+	}
+}
+
+// WithFingerprint sets what is compared between deliveries with one key:
+// the bytes f returns for a message, instead of its whole payload. Use it
+// when a producer changes a field of the payload on each delivery of one
+// event (an attempt count, a sent-at time); idem.FingerprintJSON compares
+// chosen members of a JSON payload:
+//
+//	fp := idem.FingerprintJSON("/type", "/data")
+//	idemwatermill.WithFingerprint(func(m *message.Message) ([]byte, error) { return fp(nil, m.Payload) })
+//
+// Equal bytes are a redelivery, others an error satisfying
+// errors.Is(err, idem.ErrMismatch). An error from f is returned (wrapped)
+// and the handler does not run. A nil f panics.
+func WithFingerprint(f func(*message.Message) ([]byte, error)) Option {
+	return func(c *config) {
+		if f == nil {
+			panic("idemwatermill: WithFingerprint(nil)")
+		}
+		c.fingerprint = f
 	}
 }
 
@@ -102,6 +149,9 @@ func Middleware(g *idem.Guard, opts ...Option) message.HandlerMiddleware {
 			o(&c)
 		}
 	}
+	if c.field != "" && c.keyFunc != nil {
+		panic("idemwatermill: Middleware: WithKeyMetadata and WithKeyFunc: the key is taken from one place; give one of them")
+	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			return c.handle(g, h, msg)
@@ -111,25 +161,22 @@ func Middleware(g *idem.Guard, opts ...Option) message.HandlerMiddleware {
 
 // handle runs one delivery.
 func (c *config) handle(g *idem.Guard, h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
-	id := msg.UUID
-	if c.field != "" {
-		id = msg.Metadata.Get(c.field)
-	}
-	if id == "" {
-		if c.field != "" {
-			return nil, fmt.Errorf("%w: metadata field %q of message %q is empty", ErrNoKey, c.field, msg.UUID)
-		}
-		return nil, fmt.Errorf("%w: the message UUID is empty", ErrNoKey)
+	id, err := c.keyOf(msg)
+	if err != nil {
+		return nil, err
 	}
 	key := id
 	if name := message.HandlerNameFromCtx(msg.Context()); name != "" {
 		key = name + "/" + id
 	}
-	sum := sha256.Sum256(msg.Payload)
+	fp, err := c.fingerprintOf(msg)
+	if err != nil {
+		return nil, err
+	}
 
 	var produced []*message.Message
 	ran := false
-	stored, err := idem.Do(msg.Context(), g, key, hex.EncodeToString(sum[:]),
+	stored, err := idem.Do(msg.Context(), g, key, fp,
 		func(ctx context.Context, a *idem.Attempt) ([]storedMessage, error) {
 			ran = true
 			outer := msg.Context()
@@ -153,6 +200,46 @@ func (c *config) handle(g *idem.Guard, h message.HandlerFunc, msg *message.Messa
 		return nil, err // the handler's own error
 	}
 	return nil, fmt.Errorf("idemwatermill: message %q (key %q): %w", msg.UUID, key, err)
+}
+
+// keyOf returns msg's key, or an error wrapping ErrNoKey.
+func (c *config) keyOf(msg *message.Message) (string, error) {
+	switch {
+	case c.keyFunc != nil:
+		id, err := c.keyFunc(msg)
+		if err != nil {
+			return "", fmt.Errorf("%w: message %q: %w", ErrNoKey, msg.UUID, err)
+		}
+		if id == "" {
+			return "", fmt.Errorf("%w: WithKeyFunc's function found none in message %q", ErrNoKey, msg.UUID)
+		}
+		return id, nil
+	case c.field != "":
+		id := msg.Metadata.Get(c.field)
+		if id == "" {
+			return "", fmt.Errorf("%w: metadata field %q of message %q is empty", ErrNoKey, c.field, msg.UUID)
+		}
+		return id, nil
+	case msg.UUID == "":
+		return "", fmt.Errorf("%w: the message UUID is empty", ErrNoKey)
+	}
+	return msg.UUID, nil
+}
+
+// fingerprintOf returns what is compared of msg: the SHA-256 of its
+// payload, or of WithFingerprint's bytes (marked apart, so that the two
+// never compare equal).
+func (c *config) fingerprintOf(msg *message.Message) (string, error) {
+	if c.fingerprint == nil {
+		sum := sha256.Sum256(msg.Payload)
+		return hex.EncodeToString(sum[:]), nil
+	}
+	b, err := c.fingerprint(msg)
+	if err != nil {
+		return "", fmt.Errorf("idemwatermill: message %q: fingerprint: %w", msg.UUID, err)
+	}
+	sum := sha256.Sum256(b)
+	return "f:" + hex.EncodeToString(sum[:]), nil
 }
 
 type attemptKey struct{}
