@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemkit/idem/idemstore"
 )
@@ -33,6 +34,30 @@ type Attempt struct {
 
 	mu  sync.Mutex
 	cps map[string][]byte
+
+	abandoned atomic.Bool
+}
+
+// Abandon says that this attempt's outcome is not known: its side effect
+// may or may not have happened, as when a request to another system was
+// sent and no answer came back. When the function (or the handler) returns,
+// idem neither stores its result nor releases the claim; it stops renewing
+// the lease, so the operation stays in progress until the lease runs out,
+// as if its holder had crashed. Repeats meanwhile get ErrInProgress (409,
+// or they wait under WithWait); the first one after that takes the key over
+// as the next attempt, Fence+1, with the checkpoints, and should reconcile
+// (ask the other system about ID) before repeating the side effect.
+//
+// Releasing instead would let a retry run the effect again at once;
+// storing would answer every retry with a failure that may not have
+// happened. Do returns the function's value and error as they are; the
+// middleware sends the handler's response without storing it. Abandon is
+// safe to call from any goroutine, more than once; on a nil Attempt it does
+// nothing.
+func (a *Attempt) Abandon() {
+	if a != nil {
+		a.abandoned.Store(true)
+	}
 }
 
 // maxCheckpointName is the longest checkpoint name accepted.

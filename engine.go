@@ -47,6 +47,7 @@ type outcome struct {
 	ran      bool   // fn ran (it may have panicked past exec instead)
 	stored   bool   // fn's payload was stored
 	lost     bool   // the lease was lost while fn ran
+	left     bool   // fn abandoned the attempt: neither stored nor released
 }
 
 // resultFunc turns what exec did, out, and the engine's error err into the
@@ -167,6 +168,8 @@ func outcomeOf(ctx context.Context, out outcome, err error) Outcome {
 		switch {
 		case out.lost || errors.Is(err, ErrLeaseLost):
 			return OutcomeLeaseLost
+		case out.left:
+			return OutcomeAbandoned
 		case err != nil:
 			return OutcomeNotRecorded
 		case out.stored:
@@ -276,6 +279,13 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	finished = true
 	hold.stop()
 	out := outcome{payload: payload, ran: true, lost: errors.Is(context.Cause(hctx), ErrLeaseLost)}
+	if a.abandoned.Load() {
+		// Not known to have run or not: the claim stays until its lease
+		// runs out, and the next attempt after that takes over.
+		out.left = true
+		g.log.WarnContext(ctx, "idem: attempt abandoned; the key stays in progress until its lease runs out", "event", "abandoned", "key", o.key, "id", id, "fence", res.Fence)
+		return out, nil
+	}
 	t = o.obs.now()
 	defer o.obs.storeSince(t)
 	if !keep {

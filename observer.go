@@ -91,6 +91,10 @@ const (
 	// OutcomeReleased: fn failed or panicked, or its response is one that
 	// is not stored (a 5xx); the key is free again for a retry.
 	OutcomeReleased Outcome = "released"
+	// OutcomeAbandoned: fn (or the handler) called Attempt.Abandon: its
+	// outcome is not known, so nothing was stored or released, and the key
+	// stays in progress until the lease runs out.
+	OutcomeAbandoned Outcome = "abandoned"
 	// OutcomeUnreadable: a stored result exists but could not be read back
 	// (it does not decode, or a Sealer could not open it or the record's
 	// fingerprint: ErrUnreadable); fn did not run.

@@ -79,7 +79,7 @@
 // No attribute carries an idempotency key, a message id, a scope (tenant,
 // account) or a request: keys are chosen by clients and may be personal, and
 // one series per key would be unbounded. The metrics have at most 3 kinds ×
-// 12 outcomes series each. WithOperationID adds to the spans (never to the
+// 13 outcomes series each. WithOperationID adds to the spans (never to the
 // metrics) the operation id that idem.OperationID computes and Inspect and
 // Forget take: an operator who knows a key can find its spans. The id is an
 // unsalted hash of the kind, scope and key, so it hides a random key (a

@@ -97,7 +97,7 @@ var (
 	outcomes = []idem.Outcome{
 		idem.OutcomeExecuted, idem.OutcomeReplayed, idem.OutcomeInProgress, idem.OutcomeMismatch,
 		idem.OutcomeInvalidKey, idem.OutcomeTooLarge, idem.OutcomeStoreUnavailable, idem.OutcomeCanceled,
-		idem.OutcomeLeaseLost, idem.OutcomeNotRecorded, idem.OutcomeReleased, idem.OutcomeUnreadable,
+		idem.OutcomeLeaseLost, idem.OutcomeNotRecorded, idem.OutcomeReleased, idem.OutcomeAbandoned, idem.OutcomeUnreadable,
 	}
 )
 
