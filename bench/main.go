@@ -2,7 +2,7 @@
 // against the alternatives a team would otherwise build, and writes
 // RESULTS.md and chart.png. Run it from the bench directory:
 //
-//	go run .            # full run, about 5 minutes on 2 cores
+//	go run .            # full run, about 8 minutes on 2 cores
 //	go run . -quick     # smoke run, a few seconds
 //
 // It starts its own redis-server (and a 3-master Redis Cluster, and
