@@ -105,10 +105,10 @@ func WithCompression(minSize int) RedisOption {
 // timer; the commands queued while one is on the wire make the next.
 //
 // The default is off. Turn it on where many requests run at once per
-// process (16 or more per store) on a low-latency link to Redis. Where the
-// round trip rather than CPU bounds a few callers, a call that joins a
-// queue waits for the batch on the wire: at eight concurrent callers and a
-// 2ms round trip, the option served about 5% fewer operations than plain
+// process (16 or more per store) on a low-latency link to Redis. Where
+// round trips rather than CPU bound the callers, a call that joins a queue
+// waits for the batch on the wire: at 8 and 16 concurrent callers and a
+// 2ms round trip, the option served up to 10% fewer operations than plain
 // calls (docs/benchmarks.md, "Batching by client count").
 //
 // Claims, completions, releases and checkpoints ride the batches; a call
