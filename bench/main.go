@@ -2,7 +2,7 @@
 // against the alternatives a team would otherwise build, and writes
 // RESULTS.md and chart.png. Run it from the bench directory:
 //
-//	go run .            # full run, about 5 minutes on 2 cores
+//	go run .            # full run, about 8 minutes on 2 cores
 //	go run . -quick     # smoke run, a few seconds
 //
 // It starts its own redis-server (and a 3-master Redis Cluster, and
@@ -54,7 +54,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed", "autopipe"}
+var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed", "autopipe", "batching"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -236,7 +236,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		name string
 		run  func(context.Context, *env) error
 	}{
-		{"floor", runFloor}, {"allocs", runAllocs}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"notify", runNotify}, {"canon", runCanon}, {"sealed", runSealed}, {"autopipe", runAutoPipe},
+		{"floor", runFloor}, {"allocs", runAllocs}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"notify", runNotify}, {"canon", runCanon}, {"sealed", runSealed}, {"autopipe", runAutoPipe}, {"batching", runBatching},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {
