@@ -43,7 +43,6 @@ func servePlainProxy(spec string) int {
 	t.MaxIdleConns, t.MaxIdleConnsPerHost, t.Proxy = 1024, 1024, nil
 	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(u)
-		pr.Out.Host = pr.In.Host
 		pr.SetXForwarded()
 	}, Transport: t}
 	ln, err := net.Listen("tcp", listen)

@@ -33,7 +33,7 @@ func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *id
 		}
 	}()
 	mw := g.Middleware(p.httpOptions(methods)...)
-	return &logged{next: mw(upstreamHandler(target, transport)), log: log}, nil
+	return &logged{next: mw(upstreamHandler(target, transport, log)), log: log}, nil
 }
 
 // httpOptions are the middleware's options that the flags give.
@@ -98,11 +98,10 @@ func upstreamTransport(p *proxyFlags) (*http.Transport, error) {
 // upstreamHandler returns the handler inside the middleware: a reverse
 // proxy to target that sends the attempt header, tells the gateway whether
 // a failed request reached the upstream, and settles the key by it.
-func upstreamHandler(target *url.URL, transport http.RoundTripper) http.Handler {
+func upstreamHandler(target *url.URL, transport http.RoundTripper, log *slog.Logger) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
 		Transport: transport,
@@ -116,7 +115,7 @@ func upstreamHandler(target *url.URL, transport http.RoundTripper) http.Handler 
 				d.failure, d.upstreamErr = &f, err
 			}
 		},
-		ErrorLog: nil,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = gateway.Prepare(r)
