@@ -168,3 +168,18 @@ func TestProxyUsage(t *testing.T) {
 	code, _, errOut := cli(t, "proxy", "-redis", "redis://"+closedAddr(t), "-listen", "127.0.0.1:0", "-upstream", "http://127.0.0.1:1", "-timeout", "2s")
 	require.Equal(t, exitFail, code, "the check at start fails: %s", errOut)
 }
+
+// TestProxyHelp: the usage summary lists idem proxy, and its flags are the
+// documented ones.
+func TestProxyHelp(t *testing.T) {
+	code, _, errOut := cli(t, "help")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, errOut, "idem proxy   -listen ADDR -upstream URL -redis URL")
+	code, _, errOut = cli(t, "proxy", "-h")
+	require.Equal(t, exitOK, code)
+	for _, f := range []string{"listen", "upstream", "redis", "cacert", "timeout", "prefix", "methods", "key-header", "key-json",
+		"fingerprint-json", "require-key", "scope-header", "wait", "lease", "retention", "max-body", "max-response", "store-5xx",
+		"upstream-timeout", "upstream-cacert", "admin", "shutdown-timeout"} {
+		require.Regexp(t, `\n  -`+f+`[ \n]`, errOut, f)
+	}
+}
