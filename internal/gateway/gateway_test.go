@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -260,4 +261,35 @@ func TestFailSentReusedConnection(t *testing.T) {
 		}
 	}
 	require.EqualValues(t, 2, u.runs.Load(), "the upstream acted once on k1")
+}
+
+// TestNoReplay: a request without a body gets one the transport does not
+// re-send; GetBody is cleared.
+func TestNoReplay(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Body = http.NoBody
+	r.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
+	gateway.NoReplay(r)
+	require.Nil(t, r.GetBody)
+	require.NotNil(t, r.Body)
+	require.NotEqual(t, http.NoBody, r.Body)
+	require.EqualValues(t, -1, r.ContentLength)
+
+	r = httptest.NewRequest(http.MethodPost, "/", strings.NewReader("abc"))
+	body := r.Body
+	gateway.NoReplay(r)
+	require.Equal(t, body, r.Body, "a body is kept")
+	require.EqualValues(t, 3, r.ContentLength)
+}
+
+// TestPrepareUnkeyed: a request outside the middleware keeps its body and
+// loses the client's attempt header.
+func TestPrepareUnkeyed(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set(gateway.AttemptHeader, "2")
+	r = gateway.Prepare(r)
+	require.Empty(t, r.Header.Values(gateway.AttemptHeader))
+	require.Equal(t, http.NoBody, r.Body)
+	require.NotNil(t, gateway.TrackerFrom(r.Context()))
+	require.Nil(t, gateway.TrackerFrom(context.Background()))
 }
