@@ -97,7 +97,8 @@ func TestAbandonWinsOverRelease(t *testing.T) {
 // claim: the panic does not release the key.
 func TestAbandonThenPanic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		g := b.guard(t, idem.WithLease(time.Minute))
+		obs := &recObserver{}
+		g := b.guard(t, idem.WithLease(time.Minute), idem.WithObserver(obs))
 		runs := 0
 		h := g.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs++
@@ -115,6 +116,7 @@ func TestAbandonThenPanic(t *testing.T) {
 		}
 		_, p := post()
 		require.True(t, errors.Is(p.(error), http.ErrAbortHandler), "the panic continues")
+		require.Equal(t, idem.OutcomeAbandoned, obs.last(t).Outcome)
 		w, p := post()
 		require.Nil(t, p)
 		require.Equal(t, http.StatusConflict, w.Code, "the abandoned claim holds the key")

@@ -273,7 +273,9 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	defer func() {
 		if !finished { // fn panicked or called runtime.Goexit
 			hold.stop()
-			if !a.abandoned.Load() { // an abandoned attempt keeps its claim
+			if a.abandoned.Load() { // an abandoned attempt keeps its claim
+				o.obs.end(OutcomeAbandoned, nil)
+			} else {
 				g.release(ctx, id, owner)
 			}
 		}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +192,34 @@ func TestProxyShutdown(t *testing.T) {
 	require.Equal(t, http.StatusCreated, (<-done).status, "the request in flight finishes")
 	require.Equal(t, exitOK, <-stopped)
 	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "executed"}))
+}
+
+// TestProxyBodyBrokenOff: an upstream that acts, answers, then breaks off
+// in the middle of its body: the client's response is aborted, and the key
+// stays in progress (the upstream acted; its answer is lost).
+func TestProxyBodyBrokenOff(t *testing.T) {
+	u := newCounting(t, func(w http.ResponseWriter, r *http.Request, run int32) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte("partial"))
+		http.NewResponseController(w).Flush()
+		hangUp(w)
+	})
+	p := startProxy(t, proxyArgs(t, u.srv.URL, "-lease", "1m")...)
+	r, err := http.NewRequest(http.MethodPost, p.url+"/charges", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	r.Header.Set("Idempotency-Key", "broken-1")
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(r)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	require.Error(t, err, "the client's response is aborted")
+	a := send(t, http.MethodPost, p.url+"/charges", `{}`, "Idempotency-Key", "broken-1")
+	require.Equal(t, http.StatusConflict, a.status, "the key stays in progress")
+	require.EqualValues(t, 1, u.runs.Load())
+	require.Eventually(t, func() bool {
+		return p.logs.find(map[string]any{"msg": "request", "outcome": "abandoned", "aborted": true}) != nil
+	}, 5*time.Second, 10*time.Millisecond, p.logs.String())
 }

@@ -49,9 +49,16 @@ func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), decisionKey{}, d))
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
+		// A response aborted (http.ErrAbortHandler) is logged, then
+		// aborted as before.
+		aborted := recover()
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status()), slog.Duration("duration", time.Since(start)),
+		}
+		if aborted != nil {
+			attrs = append(attrs, slog.Bool("aborted", true))
+			defer panic(aborted)
 		}
 		level, outcome := slog.LevelInfo, "pass"
 		if e := d.event; e != nil {
@@ -61,8 +68,10 @@ func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				attrs = append(attrs, slog.Duration("wait", e.Wait))
 			}
 		}
-		if f := d.failure; f != nil {
+		if d.failure != nil || aborted != nil {
 			level = slog.LevelWarn
+		}
+		if f := d.failure; f != nil {
 			attrs = append(attrs, slog.String("upstream", "failed"), slog.Bool("sent", f.Sent),
 				slog.String("key", string(f.Verdict)), slog.String("err", d.upstreamErr.Error()))
 		}
