@@ -5,8 +5,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,4 +225,44 @@ func TestProxyBodyBrokenOff(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return p.logs.find(map[string]any{"msg": "request", "outcome": "abandoned", "aborted": true}) != nil
 	}, 5*time.Second, 10*time.Millisecond, p.logs.String())
+}
+
+// TestProxySIGTERM: the command, run as a process, stops on SIGTERM after
+// the request in flight finished, and exits 0.
+func TestProxySIGTERM(t *testing.T) {
+	bin, err := os.Executable()
+	require.NoError(t, err)
+	started, release := make(chan struct{}), make(chan struct{})
+	u := newCounting(t, func(w http.ResponseWriter, r *http.Request, run int32) {
+		close(started)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	})
+	listen := closedAddr(t)
+	cmd := exec.Command(bin, proxyArgs(t, u.srv.URL, "-listen", listen)...)
+	cmd.Args = append([]string{bin, "proxy"}, cmd.Args[1:]...)
+	cmd.Env = append(os.Environ(), asCommandEnv+"=1")
+	logs := &logSink{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	require.Eventually(t, func() bool { return logs.find(map[string]any{"event": "start"}) != nil }, 15*time.Second, 10*time.Millisecond, "%s", logs)
+
+	done := make(chan answer, 1)
+	go func() {
+		done <- send(t, http.MethodPost, "http://"+listen+"/charges", `{}`, "Idempotency-Key", "term-1")
+	}()
+	<-started
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return logs.find(map[string]any{"event": "shutdown"}) != nil }, 5*time.Second, 5*time.Millisecond, "%s", logs)
+	close(release)
+	require.Equal(t, http.StatusCreated, (<-done).status)
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "exit status 0: %s", logs)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("idem proxy did not exit: %s", logs)
+	}
 }
