@@ -127,7 +127,10 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 	if err != nil {
 		return usageError(e, err.Error())
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.timeout)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if e.timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, e.timeout)
+	}
 	err = store.Check(cctx)
 	cancel()
 	if err != nil {
