@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,4 +183,18 @@ func TestProxyHelp(t *testing.T) {
 		"upstream-timeout", "upstream-cacert", "admin", "shutdown-timeout"} {
 		require.Regexp(t, `\n  -`+f+`[ \n]`, errOut, f)
 	}
+}
+
+// TestProxyCluster: on Redis Cluster, named as the other commands name it,
+// a keyed request runs once and is replayed.
+func TestProxyCluster(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	u := newCounting(t, nil)
+	p := startProxy(t, "-upstream", u.srv.URL, "-redis", "redis+cluster://"+strings.Join(cl.Addrs(), ","), "-prefix", redistest.Prefix(t))
+	a := send(t, http.MethodPost, p.url+"/orders", `{}`, "Idempotency-Key", "c1")
+	b := send(t, http.MethodPost, p.url+"/orders", `{}`, "Idempotency-Key", "c1")
+	require.Equal(t, http.StatusCreated, a.status)
+	require.Equal(t, "true", b.header.Get("Idempotent-Replayed"))
+	require.Equal(t, a.body, b.body)
+	require.EqualValues(t, 1, u.runs.Load())
 }
