@@ -36,6 +36,7 @@ type Attempt struct {
 	cps map[string][]byte
 
 	abandoned atomic.Bool
+	released  atomic.Bool
 }
 
 // Abandon says that this attempt's outcome is not known: its side effect
@@ -53,10 +54,29 @@ type Attempt struct {
 // happened. Do returns the function's value and error as they are; the
 // middleware sends the handler's response without storing it. Abandon is
 // safe to call from any goroutine, more than once; on a nil Attempt it does
-// nothing.
+// nothing. An abandoned attempt keeps its claim even if the function then
+// panics (a proxy's handler that aborts a response whose upstream broke off).
 func (a *Attempt) Abandon() {
 	if a != nil {
 		a.abandoned.Store(true)
+	}
+}
+
+// Release says that this attempt did nothing: its side effect is known not
+// to have happened, as when the request to another system could not be
+// sent. When the function (or the handler) returns, idem does not store its
+// result, whatever it is, and releases the claim, so that a retry runs at
+// once as the next attempt (Fence+1). Under the middleware the handler's
+// response is sent without being stored even when WithCacheStatus would
+// store its status: a gateway's 502 for an upstream it could not reach must
+// not be replayed.
+//
+// Abandon wins over Release: an attempt that called both keeps its claim.
+// Release is safe to call from any goroutine, more than once; on a nil
+// Attempt it does nothing.
+func (a *Attempt) Release() {
+	if a != nil {
+		a.released.Store(true)
 	}
 }
 

@@ -100,7 +100,8 @@ func (g *Guard) observe(ctx context.Context, kind Kind) (context.Context, *obser
 // false) or stores the payload (compare-and-complete on a context detached
 // from ctx). The error is the engine's: the store's or the lease's before fn
 // ran (fn did not run), or ErrNotRecorded joined with the cause after. A
-// panic in fn releases the claim and continues.
+// panic in fn releases the claim (unless fn abandoned its attempt) and
+// continues.
 func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, error) {
 	if g == nil || g.store == nil {
 		why := "the Guard has no store"
@@ -272,7 +273,11 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	defer func() {
 		if !finished { // fn panicked or called runtime.Goexit
 			hold.stop()
-			g.release(ctx, id, owner)
+			if a.abandoned.Load() { // an abandoned attempt keeps its claim
+				o.obs.end(OutcomeAbandoned, nil)
+			} else {
+				g.release(ctx, id, owner)
+			}
 		}
 	}()
 	payload, keep := fn(hctx, a)
@@ -288,7 +293,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	}
 	t = o.obs.now()
 	defer o.obs.storeSince(t)
-	if !keep {
+	if !keep || a.released.Load() {
 		g.release(ctx, id, owner)
 		return out, nil
 	}

@@ -52,7 +52,8 @@ import (
 //   - Store unreachable: 503 with Retry-After; the handler does not run.
 //   - The handler ran but its record could not be written: the handler's own
 //     response, without the replay header (the engine logs it at error level).
-//   - The handler panics: the key is released and the panic continues.
+//   - The handler panics: the key is released (unless the handler called
+//     Attempt.Abandon) and the panic continues.
 //
 // Errors are application/problem+json bodies (RFC 9457). The handler's
 // context is detached from the client's connection: a client that goes away

@@ -1,11 +1,13 @@
 // Command idem inspects and clears the records that idem keeps in Redis,
-// checks and tries a Redis server for idem, and prints its own version.
+// checks and tries a Redis server for idem, serves idem's HTTP contract in
+// front of a service (proxy), and prints its own version.
 //
 //	idem inspect -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-json] KEY
 //	idem forget  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-kind do|once|http] [-scope S] [-force] -yes KEY
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
 //	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
 //	idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+//	idem proxy   -listen ADDR -upstream URL -redis URL [-cacert FILE] [-prefix P] [-methods POST,PATCH] [-key-header NAME | -key-json POINTER] [-fingerprint-json POINTERS] [-require-key] [-scope-header NAME] [-wait D] [-lease D] [-retention D] [-max-body N] [-max-response N] [-store-5xx] [-upstream-timeout D] [-upstream-cacert FILE] [-admin ADDR] [-shutdown-timeout D]
 //	idem version
 //
 // inspect shows one operation: its state (absent, in_progress, completed),
@@ -47,6 +49,21 @@
 // what it wrote at the end (SCAN, DEL); for verify, -timeout bounds the
 // set-up and each call, not the run. With -json, the last line is one JSON
 // object (operations, duplicates, lost, violations, ...).
+//
+// proxy serves the HTTP middleware's contract in front of an upstream
+// service, as a sidecar or a gateway (docs/proxy.md): a keyed request of
+// -methods runs once upstream, its repeats get the stored response. The
+// upstream gets the key as sent and Idempotency-Attempt: N, the attempt's
+// fence (never a client's value). An upstream failure before the request was
+// sent releases the key (502); after it was sent (the connection dropped,
+// the response timed out: 502, 504) the key stays in progress until its
+// -lease runs out, and the retry after that is attempt 2. With
+// -scope-header, keys are scoped by that header's value and a keyed request
+// without it is refused; that header must be set by an authenticating layer
+// in front that drops the client's own value. It checks Redis as check does
+// at start (-timeout bounds it), logs one JSON line per request on standard
+// error, serves /healthz and /readyz on -admin, and on SIGTERM or SIGINT lets
+// in-flight requests finish for up to -shutdown-timeout.
 //
 // version (also -version, --version) prints the version of idem's module in
 // the binary and the Go version that built it, on one line: "idem v0.1.0
@@ -90,6 +107,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -99,7 +117,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -121,6 +139,8 @@ const usage = `usage:
   idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
   idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
   idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
+  idem proxy   -listen ADDR -upstream URL -redis URL [-cacert FILE] [-prefix P] [-methods POST,PATCH] [-key-header NAME | -key-json POINTER]
+               [-require-key] [-scope-header NAME] [-wait D] [-lease D] [-retention D] [-max-body N] [-admin ADDR] [more: idem proxy -h]
   idem version
 URL: redis://host:port/db, redis+sentinel://host:port,host:port/master, redis+cluster://host:port,host:port
      (rediss:// and rediss+... for TLS; -cacert FILE names the CA, as SSL_CERT_FILE does)

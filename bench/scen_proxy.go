@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// plainProxyEnv, set to "LISTEN UPSTREAM", makes this binary a plain
+// httputil.ReverseProxy: the baseline of scenario 14, run as a process of
+// its own as idem proxy is.
+const plainProxyEnv = "IDEM_BENCH_PLAIN_PROXY"
+
+func init() {
+	if v := os.Getenv(plainProxyEnv); v != "" {
+		os.Exit(servePlainProxy(v))
+	}
+}
+
+// servePlainProxy serves a plain reverse proxy with the transport settings
+// of idem proxy, until killed.
+func servePlainProxy(spec string) int {
+	listen, upstream, _ := strings.Cut(spec, " ")
+	u, err := url.Parse(upstream)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost, t.Proxy = 1024, 1024, nil
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(u)
+		pr.SetXForwarded()
+	}, Transport: t}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("listening " + ln.Addr().String())
+	return func() int { _ = http.Serve(ln, rp); return 1 }()
+}
+
+// proxyProcess is a proxy running as a child process.
+type proxyProcess struct {
+	url string
+	cmd *exec.Cmd
+}
+
+// startProxyProcess starts cmd, which prints a line naming its address
+// (the plain proxy) or logs it in JSON on standard error (idem proxy), and
+// waits for it.
+func startProxyProcess(e *env, cmd *exec.Cmd, fromStderr bool) (*proxyProcess, error) {
+	var out io.ReadCloser
+	var err error
+	if fromStderr {
+		out, err = cmd.StderrPipe()
+	} else {
+		out, err = cmd.StdoutPipe()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	e.onClose(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		found := false
+		for sc.Scan() {
+			line := sc.Text()
+			if found {
+				continue // drain: the log lines of idem proxy
+			}
+			if a, ok := strings.CutPrefix(line, "listening "); ok {
+				addr <- a
+				found = true
+			} else if i := strings.Index(line, `"listen":"`); i >= 0 && strings.Contains(line, `"event":"start"`) {
+				a := line[i+len(`"listen":"`):]
+				addr <- a[:strings.IndexByte(a, '"')]
+				found = true
+			}
+		}
+		if !found {
+			close(addr)
+		}
+	}()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			return nil, errors.New("the proxy exited before it served")
+		}
+		return &proxyProcess{url: "http://" + a, cmd: cmd}, nil
+	case <-time.After(30 * time.Second):
+		return nil, errors.New("the proxy did not start within 30s")
+	}
+}
+
+// buildIdem builds the idem command into dir and returns its path.
+func buildIdem(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "idem")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/idemkit/idem/cmd/idem")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build cmd/idem: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// runProxy is scenario 14: idem proxy vs a plain httputil.ReverseProxy in
+// front of the same upstream, each a process of its own.
+func runProxy(ctx context.Context, e *env) error {
+	clients := e.cfg.clients
+	dir, err := os.MkdirTemp("", "idem-bench-proxy-")
+	if err != nil {
+		return err
+	}
+	e.onClose(func() { os.RemoveAll(dir) })
+	progress("scenario 14: building cmd/idem")
+	bin, err := buildIdem(ctx, dir)
+	if err != nil {
+		return err
+	}
+	// Each proxy has an upstream of its own, the bare handler, so that
+	// idem's upstream counts idem's executions only.
+	up, upIdem := newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	plainCmd := exec.Command(self)
+	plainCmd.Env = append(os.Environ(), plainProxyEnv+"=127.0.0.1:0 "+up.srv.URL)
+	plain, err := startProxyProcess(e, plainCmd, false)
+	if err != nil {
+		return fmt.Errorf("plain proxy: %w", err)
+	}
+	idemCmd := exec.Command(bin, "proxy", "-listen", "127.0.0.1:0", "-upstream", upIdem.srv.URL,
+		"-redis", "redis://"+e.redisAddr, "-prefix", "p-"+e.nonce, "-retention", "10m", "-scope-header", "X-Account")
+	withIdem, err := startProxyProcess(e, idemCmd, true)
+	if err != nil {
+		return fmt.Errorf("idem proxy: %w", err)
+	}
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute},
+		Timeout:   30 * time.Second,
+	}
+	e.onClose(client.CloseIdleConnections)
+	post := func(ctx context.Context, base, key string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/payments", strings.NewReader(string(httpReqBody)))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Account", "acct_42")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+
+	progress("scenario 14: idem proxy vs httputil.ReverseProxy, %d clients", clients)
+	fresh := keyer("pf-" + e.nonce)
+	var sent atomic.Int64 // fresh requests answered through idem proxy
+	plainFresh := &variant{name: "httputil.ReverseProxy", clients: clients, srv: e.serverUsec,
+		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, plain.url, fresh.key(w, seq)) }}
+	idemFresh := &variant{name: "idem proxy, fresh keys", clients: clients, srv: e.serverUsec,
+		op: func(ctx context.Context, w int, seq uint64) error {
+			err := post(ctx, withIdem.url, fresh.key(w, seq))
+			if err == nil {
+				sent.Add(1)
+			}
+			return err
+		}}
+	if err := compare(ctx, e.cfg, "proxy fresh keys", plainFresh, idemFresh); err != nil {
+		return err
+	}
+	freshRuns := upIdem.effects.Load()
+
+	n := e.cfg.replayKeys
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "pr-" + e.nonce + "-" + strconv.Itoa(i)
+	}
+	pick := func(w int, seq uint64) string { return keys[(uint64(w)*7919+seq)%uint64(n)] }
+	var populated int64
+	plainReplay := &variant{name: "httputil.ReverseProxy", clients: clients, srv: e.serverUsec,
+		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, plain.url, pick(w, seq)) }}
+	idemReplay := &variant{name: "idem proxy, replays", clients: clients, srv: e.serverUsec,
+		setup: func(ctx context.Context) error {
+			err := populate(ctx, n, func(ctx context.Context, i int) error { return post(ctx, withIdem.url, keys[i]) })
+			populated = upIdem.effects.Load()
+			return err
+		},
+		op: func(ctx context.Context, w int, seq uint64) error {
+			err := post(ctx, withIdem.url, pick(w, seq))
+			if err == nil && upIdem.effects.Load() != populated {
+				err = errors.New("a replay ran the upstream")
+			}
+			return err
+		}}
+	if err := compare(ctx, e.cfg, "proxy replays", plainReplay, idemReplay); err != nil {
+		return err
+	}
+	replayRan := upIdem.effects.Load() - populated
+	sec := e.rep.section("14. idem proxy vs httputil.ReverseProxy",
+		fmt.Sprintf("%d clients (keep-alive `http.Client`) → a proxy process → the bare handler of section 2 (reads a 60 B JSON "+
+			"body, answers 201 with 200 B) on an `httptest.Server`, all on loopback. Both proxies run as processes of their own "+
+			"with the same transport settings: the baseline is a plain `httputil.ReverseProxy` (this binary re-executed), "+
+			"`idem proxy` is the built command with `-scope-header X-Account` and its JSON log line per request (to a pipe that "+
+			"is drained). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
+			"idem's upstream ran %d times for %d answered requests. Replays: %d pre-completed keys; idem's upstream ran %d times "+
+			"during the replay rounds (the baseline's runs its upstream every time).",
+			clients, freshRuns, sent.Load(), n, replayRan))
+	sec.pair(plainFresh, idemFresh)
+	sec.pair(plainReplay, idemReplay)
+	e.rep.exactTarget("idem proxy: upstream runs per fresh request", float64(freshRuns)/float64(max(sent.Load(), 1)), 1)
+	e.rep.exactTarget("idem proxy: upstream runs during replays", float64(replayRan), 0)
+	return nil
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// readyTimeout bounds the check behind /readyz.
+const readyTimeout = 5 * time.Second
+
+// newAdminServer returns the admin listener's server: /healthz answers 200
+// while the process serves; /readyz answers 200 when Redis passes idem's
+// check (RedisStore.Check), else 503 with the reason.
+func newAdminServer(store *idem.RedisStore, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := store.Check(ctx); err != nil {
+			log.Warn("idem proxy: not ready", "event", "not_ready", "err", err)
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/gateway"
+)
+
+// newProxyHandler returns the proxy's handler: the middleware around a
+// reverse proxy to target, and the log line of each request around both.
+func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger) (h http.Handler, err error) {
+	transport, err := upstreamTransport(p)
+	if err != nil {
+		return nil, err
+	}
+	g := idem.New(store, idem.WithLease(p.lease), idem.WithRetention(p.retention), idem.WithWait(p.wait),
+		idem.WithLogger(log), idem.WithObserver(decisionObserver{}))
+	defer func() {
+		// Middleware, KeyFromJSON and FingerprintJSON panic on options
+		// they refuse: a usage error here.
+		if v := recover(); v != nil {
+			h, err = nil, fmt.Errorf("%v", v)
+		}
+	}()
+	mw := g.Middleware(p.httpOptions(methods)...)
+	return &logged{next: mw(upstreamHandler(target, transport, log)), log: log}, nil
+}
+
+// httpOptions are the middleware's options that the flags give.
+func (p *proxyFlags) httpOptions(methods []string) []idem.HTTPOption {
+	opts := []idem.HTTPOption{
+		idem.WithMethods(methods...),
+		idem.WithMaxRequestBody(p.maxBody),
+		idem.WithMaxResponseBody(p.maxResponse),
+	}
+	if !p.requireKey {
+		opts = append(opts, idem.WithOptionalKey())
+	}
+	if p.keyHeader != "" {
+		opts = append(opts, idem.WithKeyHeader(p.keyHeader))
+	}
+	if p.keyJSON != "" {
+		opts = append(opts, idem.WithKeyFunc(idem.KeyFromJSON(p.keyJSON)))
+	}
+	if p.fingerprintJSON != "" {
+		opts = append(opts, idem.WithFingerprint(idem.FingerprintJSON(strings.Split(p.fingerprintJSON, ",")...)))
+	}
+	if p.scopeHeader != "" {
+		name := http.CanonicalHeaderKey(p.scopeHeader)
+		opts = append(opts, idem.WithScope(func(r *http.Request) string {
+			// Exactly one value, or none: two values are no scope.
+			if v := r.Header[name]; len(v) == 1 {
+				return v[0]
+			}
+			return ""
+		}))
+	}
+	if p.store5xx {
+		opts = append(opts, idem.WithCacheStatus(func(code int) bool {
+			switch code {
+			case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+				return false
+			}
+			return true
+		}))
+	}
+	return opts
+}
+
+// upstreamTransport returns the transport to the upstream: bounded dials
+// and response headers, keep-alive connections.
+func upstreamTransport(p *proxyFlags) (*http.Transport, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.ResponseHeaderTimeout = p.upstreamTimeout
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 1024
+	t.Proxy = nil // the upstream is reached directly, whatever HTTP_PROXY says
+	if p.upstreamCACert != "" {
+		roots, err := loadCACert(p.upstreamCACert)
+		if err != nil {
+			return nil, fmt.Errorf("-upstream-cacert: %w", err)
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	return t, nil
+}
+
+// upstreamHandler returns the handler inside the middleware: a reverse
+// proxy to target that sends the attempt header, tells the gateway whether
+// a failed request reached the upstream, and settles the key by it.
+func upstreamHandler(target *url.URL, transport http.RoundTripper, log *slog.Logger) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+		},
+		Transport: transport,
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Body = gateway.WatchBody(resp.Request.Context(), resp.Body)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f := gateway.Fail(w, r, err)
+			if d := decisionFrom(r.Context()); d != nil {
+				d.failure, d.upstreamErr = &f, err
+			}
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = gateway.Prepare(r)
+		defer func() {
+			if v := recover(); gateway.Aborted(r.Context(), v) {
+				panic(v)
+			}
+		}()
+		rp.ServeHTTP(w, r)
+	})
+}

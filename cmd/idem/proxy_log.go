@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/gateway"
+)
+
+// decision is what the log line of one request says; the Observer and
+// the error handler fill it in.
+type decision struct {
+	event       *idem.Event
+	failure     *gateway.Failure
+	upstreamErr error
+}
+
+type decisionKey struct{}
+
+func decisionFrom(ctx context.Context) *decision {
+	d, _ := ctx.Value(decisionKey{}).(*decision)
+	return d
+}
+
+// decisionObserver records each operation's event in the request's
+// decision, for its log line.
+type decisionObserver struct{}
+
+func (decisionObserver) Start(ctx context.Context, _ idem.Kind) context.Context { return ctx }
+
+func (decisionObserver) End(ctx context.Context, e idem.Event) {
+	if d := decisionFrom(ctx); d != nil {
+		d.event = &e
+	}
+}
+
+// logged logs one line per request: what was decided and answered.
+type logged struct {
+	next http.Handler
+	log  *slog.Logger
+}
+
+func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	d := &decision{}
+	r = r.WithContext(context.WithValue(r.Context(), decisionKey{}, d))
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		// A response aborted (http.ErrAbortHandler) is logged, then
+		// aborted as before.
+		aborted := recover()
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", sw.status()), slog.Duration("duration", time.Since(start)),
+		}
+		if aborted != nil {
+			attrs = append(attrs, slog.Bool("aborted", true))
+			defer panic(aborted)
+		}
+		level, outcome := slog.LevelInfo, "pass"
+		if e := d.event; e != nil {
+			outcome = string(e.Outcome)
+			attrs = append(attrs, slog.String("id", e.ID), slog.Int64("fence", e.Fence))
+			if e.Wait > 0 {
+				attrs = append(attrs, slog.Duration("wait", e.Wait))
+			}
+		}
+		if d.failure != nil || aborted != nil {
+			level = slog.LevelWarn
+		}
+		if f := d.failure; f != nil {
+			attrs = append(attrs, slog.String("upstream", "failed"), slog.Bool("sent", f.Sent),
+				slog.String("key", string(f.Verdict)), slog.String("err", d.upstreamErr.Error()))
+		}
+		attrs = append(attrs, slog.String("outcome", outcome))
+		l.log.LogAttrs(r.Context(), level, "request", attrs...)
+	}()
+	l.next.ServeHTTP(sw, r)
+}
+
+// statusWriter notes the status sent.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes,
+// upgrades of passed-through requests).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush implements http.Flusher, which the reverse proxy asks for.
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
