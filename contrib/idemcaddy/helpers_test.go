@@ -108,7 +108,8 @@ func redisURL(s *redistest.Server) string {
 // upstream is an HTTP server that counts the executions of each key: it
 // answers 201 with {"key", "n", "attempt"}, n being the executions of that
 // key so far. Under /drop/ it drops the connection without answering on
-// a key's first attempt, after counting it; under /status/N it answers N.
+// a key's first attempt, after counting it, and under /partial/ it drops
+// it in the middle of the answer; under /status/N it answers N.
 type upstream struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -136,6 +137,17 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Unlock()
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/drop/") && attempt == "1":
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+		return
+	case strings.HasPrefix(r.URL.Path, "/partial/") && attempt == "1":
+		// Half an answer, then the connection drops.
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"half":`))
+		_ = http.NewResponseController(w).Flush()
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
 			_ = conn.Close()
@@ -181,9 +193,19 @@ func post(t *testing.T, path, body string, headers ...string) reply {
 
 func send(t *testing.T, method, path, body string, headers ...string) reply {
 	t.Helper()
+	r, err := try(method, path, body, headers...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try sends a request and returns the response, or the error of a
+// response that broke off.
+func try(method, path, body string, headers ...string) (reply, error) {
 	req, err := http.NewRequest(method, caddyURL(path), bytes.NewBufferString(body))
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -193,12 +215,9 @@ func send(t *testing.T, method, path, body string, headers ...string) reply {
 	}
 	res, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{res.StatusCode, res.Header, string(b)}
+	return reply{res.StatusCode, res.Header, string(b)}, err
 }
