@@ -158,7 +158,7 @@ func TestUpstreamDropsAfterActing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "drop " + tc.name
-			post(t, "/warm", `{}`) // a kept-alive connection to the upstream, which the next request reuses
+			post(t, "/warm", `{}`)        // a kept-alive connection to the upstream, which the next request reuses
 			client.CloseIdleConnections() // a new connection: the client's transport does not retry on it
 			dropped := time.Now()
 			r, err := try("POST", tc.path, tc.body, "Idempotency-Key", key)

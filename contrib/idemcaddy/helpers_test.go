@@ -63,6 +63,11 @@ func freePorts(n int) []int {
 // siteConfig returns a Caddyfile whose one site, on 127.0.0.1, runs the
 // idempotency directive with the given block in front of site.
 func siteConfig(block, site string) string {
+	return rawSite("idempotency {\n\t\t" + strings.ReplaceAll(block, "\n", "\n\t\t") + "\n\t}\n\t" + site)
+}
+
+// rawSite returns a Caddyfile whose one site, on 127.0.0.1, is body.
+func rawSite(body string) string {
 	return fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
@@ -75,12 +80,9 @@ func siteConfig(block, site string) string {
 }
 
 http://127.0.0.1:%d {
-	idempotency {
-		%s
-	}
 	%s
 }
-`, caddytest.Default.AdminPort, httpPort, httpsPort, httpPort, strings.ReplaceAll(block, "\n", "\n\t\t"), site)
+`, caddytest.Default.AdminPort, httpPort, httpsPort, httpPort, body)
 }
 
 // load makes cfg Caddy's configuration.
@@ -113,9 +115,9 @@ func redisURL(s *redistest.Server) string {
 type upstream struct {
 	*httptest.Server
 	mu       sync.Mutex
-	runs     map[string]int    // executions per key
+	runs     map[string]int      // executions per key
 	attempts map[string][]string // Idempotency-Attempt per execution
-	scopes   map[string]string // X-Account of a key's last execution
+	scopes   map[string]string   // X-Account of a key's last execution
 }
 
 func newUpstream(t *testing.T) *upstream {
