@@ -35,7 +35,8 @@
 // takes over as attempt 2. A failure before the request was sent (a refused
 // connection) releases the key. Statuses the upstream answered follow the
 // middleware's storage rules: 5xx, 408, 409, 425 and 429 release the key,
-// others are stored; store_5xx stores 5xx answers too, except 502 and 504.
+// others are stored; store_5xx stores the upstream's 5xx answers too (never
+// the module's own 502 and 504).
 //
 // Handlers with the same redis URL share one Redis client, kept across
 // configuration reloads and closed when the last configuration using it is

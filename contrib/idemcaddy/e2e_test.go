@@ -3,6 +3,8 @@ package idemcaddy_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +102,10 @@ func TestScopes(t *testing.T) {
 	none := post(t, "/payments", `{"amount":1}`, "Idempotency-Key", "same")
 	if none.status != 500 || !strings.Contains(none.body, "scope-missing") {
 		t.Errorf("no scope: %d %s, want 500 scope-missing", none.status, none.body)
+	}
+	two, _ := try("POST", "/payments", `{"amount":1}`, "Idempotency-Key", "same", "X-Account", "acct-a", "X-Account", "acct-b")
+	if two.status != 500 || !strings.Contains(two.body, "scope-missing") {
+		t.Errorf("two scopes in one request: %d %s, want 500 scope-missing", two.status, two.body)
 	}
 	if n, _ := u.count("", "same"); n != 0 {
 		t.Errorf("a request without scope reached the upstream %d times", n)
@@ -207,11 +213,11 @@ func TestUpstreamDropsAfterActing(t *testing.T) {
 }
 
 // An upstream that cannot be reached was never sent the request: the key
-// is released, so the retry tries again at once.
+// is released, so the retry tries again at once, also with store_5xx.
 func TestUpstreamUnreachable(t *testing.T) {
 	rs := redisServer(t)
 	closed := freePorts(1)[0]
-	load(t, siteConfig("redis "+redisURL(rs)+"\nlease 1m", fmt.Sprintf("reverse_proxy 127.0.0.1:%d", closed)))
+	load(t, siteConfig("redis "+redisURL(rs)+"\nlease 1m\nstore_5xx", fmt.Sprintf("reverse_proxy 127.0.0.1:%d", closed)))
 	for i := range 2 {
 		r := post(t, "/payments", `{"amount":1}`, "Idempotency-Key", "refused-1")
 		if r.status != 502 || r.header.Get("Content-Type") != "application/problem+json" {
@@ -221,7 +227,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 }
 
 // The upstream's statuses follow the middleware's storage rules: 4xx is
-// stored, 5xx releases the key; store_5xx stores 5xx but 502 and 504.
+// stored, 5xx releases the key; store_5xx stores the upstream's 5xx too.
 func TestUpstreamStatuses(t *testing.T) {
 	rs, u := redisServer(t), newUpstream(t)
 	load(t, proxied("redis "+redisURL(rs), u))
@@ -242,7 +248,7 @@ func TestUpstreamStatuses(t *testing.T) {
 	for _, tc := range []struct {
 		path string
 		runs int
-	}{{"/status/500", 1}, {"/status/503", 1}, {"/status/502", 2}, {"/status/504", 2}, {"/status/429", 2}} {
+	}{{"/status/500", 1}, {"/status/503", 1}, {"/status/502", 1}, {"/status/429", 2}} {
 		key := "store5xx" + tc.path
 		var last reply
 		for range 2 {
@@ -272,5 +278,45 @@ func TestRedisFrozen(t *testing.T) {
 	}
 	if r := post(t, "/payments", `{"amount":1}`, "Idempotency-Key", "frozen-1"); r.status != 201 {
 		t.Errorf("after Redis resumed: %d %s", r.status, r.body)
+	}
+}
+
+// The README's example: forward_auth sets the scope header and deletes any
+// value the client sent, so a client cannot use another account's scope.
+func TestScopeFromForwardAuth(t *testing.T) {
+	rs, u := redisServer(t), newUpstream(t)
+	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Authorization") {
+		case "Bearer a":
+			w.Header().Set("X-Account", "acct-a")
+		case "Bearer anonymous": // let through without an account
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	t.Cleanup(auth.Close)
+	load(t, rawSite(fmt.Sprintf(`forward_auth %s {
+		uri /verify
+		copy_headers X-Account
+	}
+	idempotency {
+		redis %s
+		scope_header X-Account
+	}
+	reverse_proxy %s`, auth.Listener.Addr(), redisURL(rs), u.Listener.Addr())))
+
+	first := post(t, "/payments", `{"amount":1}`, "Idempotency-Key", "fa-1", "Authorization", "Bearer a", "X-Account", "acct-b")
+	if first.status != 201 {
+		t.Fatalf("account a: %d %s", first.status, first.body)
+	}
+	if na, _ := u.count("acct-a", "fa-1"); na != 1 {
+		t.Errorf("upstream ran %d times under acct-a, want 1 (the client's X-Account must be replaced)", na)
+	}
+	if nb, _ := u.count("acct-b", "fa-1"); nb != 0 {
+		t.Errorf("upstream ran %d times under the client's own X-Account", nb)
+	}
+	anon := post(t, "/payments", `{"amount":1}`, "Idempotency-Key", "fa-1", "Authorization", "Bearer anonymous", "X-Account", "acct-a")
+	if anon.status != 500 || !strings.Contains(anon.body, "scope-missing") || anon.body == first.body {
+		t.Errorf("no account, client-sent X-Account acct-a: %d %s, want 500 scope-missing, not acct-a's answer", anon.status, anon.body)
 	}
 }

@@ -43,7 +43,7 @@ type Handler struct {
 	RequireKey bool `json:"require_key,omitempty"`
 	// ScopeHeader names the request header whose value scopes the keys (the
 	// account or tenant, set by an authenticating layer in front). A keyed
-	// request without it is refused. Without ScopeHeader all clients share
+	// request without exactly one value of it is refused. Without ScopeHeader all clients share
 	// one key space.
 	ScopeHeader string `json:"scope_header,omitempty"`
 	// Wait is how long a duplicate waits for the first request's response
@@ -61,9 +61,9 @@ type Handler struct {
 	// MaxResponseBody is the largest response body stored, in bytes;
 	// default 1 MiB.
 	MaxResponseBody int `json:"max_response_body,omitempty"`
-	// Store5xx stores the upstream's 5xx answers too (except 502 and 504),
-	// instead of releasing the key so that a retry reaches the upstream
-	// again.
+	// Store5xx stores the upstream's 5xx answers too, instead of releasing
+	// the key so that a retry reaches the upstream again. The module's own
+	// 502 and 504 for an upstream that failed are never stored.
 	Store5xx bool `json:"store_5xx,omitempty"`
 
 	mw     func(http.Handler) http.Handler
@@ -173,8 +173,14 @@ func (h *Handler) options() []idem.HTTPOption {
 	if !h.RequireKey {
 		opts = append(opts, idem.WithOptionalKey())
 	}
-	if name := h.ScopeHeader; name != "" {
-		opts = append(opts, idem.WithScope(func(r *http.Request) string { return r.Header.Get(name) }))
+	if h.ScopeHeader != "" {
+		name := http.CanonicalHeaderKey(h.ScopeHeader)
+		opts = append(opts, idem.WithScope(func(r *http.Request) string {
+			if v := r.Header[name]; len(v) == 1 { // two values are no scope
+				return v[0]
+			}
+			return ""
+		}))
 	}
 	if h.MaxBody > 0 {
 		opts = append(opts, idem.WithMaxRequestBody(h.MaxBody))
@@ -199,13 +205,12 @@ func keyFromJSON(pointer string) (f func(*http.Request, []byte) (string, error),
 	return idem.KeyFromJSON(pointer), nil
 }
 
-// store5xx is the storage rule of store_5xx: the middleware's default
-// (every status but 5xx, 408, 409, 425 and 429), and the 5xx answers but
-// 502 and 504, which say that a gateway got no answer from its upstream.
+// store5xx is the storage rule of store_5xx: every status but 408, 409,
+// 425 and 429, which say "try again". The module's own 502 and 504 for an
+// upstream that failed are never stored (internal/gateway).
 func store5xx(code int) bool {
 	switch code {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
-		http.StatusBadGateway, http.StatusGatewayTimeout:
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
 	}
 	return true

@@ -210,7 +210,7 @@ func try(method, path, body string, headers ...string) (reply, error) {
 		return reply{}, err
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		req.Header.Add(headers[i], headers[i+1])
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
