@@ -68,6 +68,15 @@ func TestReloadSharesClient(t *testing.T) {
 		t.Errorf("connections after 5 reloads %v, want the ones before %v", after, before)
 	}
 
+	t.Setenv("IDEMCADDY_TEST_REDIS", url) // the same client, by a placeholder
+	load(t, proxied("redis {env.IDEMCADDY_TEST_REDIS}", u))
+	if r := post(t, "/payments", "{}", "Idempotency-Key", "by-env"); r.status != 201 || idemcaddy.ClientUsers(url) != 1 {
+		t.Errorf("redis {env.…}: %d %s, %d users of the client", r.status, r.body, idemcaddy.ClientUsers(url))
+	}
+	if after := clientIDs(t, admin); !slices.Equal(after, before) {
+		t.Errorf("connections with {env.…} %v, want the ones before %v", after, before)
+	}
+
 	load(t, rawSite("respond 204"))
 	if users := idemcaddy.ClientUsers(url); users != 0 {
 		t.Errorf("without the module: %d users of the client, want 0", users)

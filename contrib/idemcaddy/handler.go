@@ -26,7 +26,8 @@ const checkTimeout = 10 * time.Second
 type Handler struct {
 	// Redis is the Redis URL: redis://[user:password@]host:port[/db][?options],
 	// rediss:// (TLS), unix:///path, or redis+cluster://host:port,host:port.
-	// Required.
+	// Required. Global placeholders are replaced at provision: with
+	// {env.REDIS_URL}, the password stays out of the configuration.
 	Redis string `json:"redis,omitempty"`
 	// Prefix is the key prefix of the records (idem.WithPrefix); default "idem".
 	Prefix string `json:"prefix,omitempty"`
@@ -67,7 +68,8 @@ type Handler struct {
 	Store5xx bool `json:"store_5xx,omitempty"`
 
 	mw     func(http.Handler) http.Handler
-	pooled bool // Redis names a client of clients in use by this handler
+	url    string // Redis with its placeholders replaced
+	pooled bool   // this handler uses the client of url in clients
 }
 
 // CaddyModule implements caddy.Module.
@@ -85,14 +87,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.validate(); err != nil {
 		return err
 	}
-	rdb, err := loadClient(h.Redis)
+	h.url = caddy.NewReplacer().ReplaceAll(h.Redis, "") // {env.REDIS_URL}
+	rdb, err := loadClient(h.url)
 	if err != nil {
 		return err
 	}
 	h.pooled = true
 	fail := func(err error) error {
 		h.pooled = false
-		_ = releaseClient(h.Redis)
+		_ = releaseClient(h.url)
 		return err
 	}
 	slog := ctx.Slogger()
@@ -223,5 +226,5 @@ func (h *Handler) Cleanup() error {
 		return nil
 	}
 	h.pooled = false
-	return releaseClient(h.Redis)
+	return releaseClient(h.url)
 }
