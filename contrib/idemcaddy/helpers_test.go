@@ -93,6 +93,10 @@ func load(t *testing.T, cfg string) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	// Connections kept alive by the configuration before may be closed by
+	// its server as it stops; a request sent on one would be retried by the
+	// client's transport and reach the new one as a repeat.
+	client.CloseIdleConnections()
 }
 
 // caddyURL is the URL of path on the Caddy site.
