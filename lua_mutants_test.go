@@ -50,6 +50,8 @@ var storeScripts = map[string]struct {
 var luaStages = []luaStage{
 	{"miniredis", `^TestRedisStoreContractMiniredis$`, false},
 	{"redis-server", `^(TestRedisStoreContractRedisServer|TestScriptsAgreeOnLayout|TestClaimScriptPaths|TestCreatedArg|` +
+		`TestCheckpointScriptPaths|TestScriptErrorsNameTheRecord|TestClaimScriptTouchesReplays|TestClaimScriptLeasePaths|` +
+		`TestClaimScriptLastMillisecond|TestCompleteScriptPaths|TestWaiterIsNotified|TestForgetNotifiesWaiters|` +
 		`TestRedisStoreReplicaAck|TestInspect|TestInspectResults|TestForget|TestForgetLiveLease|TestForgetWaitsForReplicas|` +
 		`TestCheckProbes|TestCheckWithoutConfig|TestRedisStoreCheck|TestCheckAuthentication)$`, true},
 }
