@@ -86,6 +86,7 @@ func TestTransportRetriesWithTheSameKey(t *testing.T) {
 
 func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 	big := strings.TrimSuffix(inProgressBody, "}") + strings.Repeat(" ", 8<<10) + "}"
+	peek := strings.TrimSuffix(inProgressBody, "}") + strings.Repeat(" ", maxProblemPeek-len(inProgressBody)) + "}"
 	for _, tc := range []struct {
 		name    string
 		answer  func() (*http.Response, error)
@@ -102,6 +103,8 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 		{name: "no Content-Type", answer: respond(409, "", inProgressBody), body: inProgressBody},
 		{name: "not JSON", answer: respond(409, "application/problem+json", "<html>frozen</html>"), body: "<html>frozen</html>"},
 		{name: "larger than the prefix read: intact", answer: respond(409, "application/problem+json", big), body: big},
+		{name: "as large as the prefix read", answer: respond(409, "application/problem+json", peek), retried: true},
+		{name: "a byte larger than the prefix read", answer: respond(409, "application/problem+json", peek+" "), body: peek + " "},
 		{name: "no body", answer: nilBody(409), body: ""},
 		{name: "unreadable body", answer: func() (*http.Response, error) {
 			resp, _ := respond(409, "application/problem+json", "")()
@@ -121,7 +124,17 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 			}
 			require.Equal(t, 409, resp.StatusCode)
 			require.Len(t, base.keys, 1, "someone else's 409 is not retried")
-			b, err := io.ReadAll(resp.Body)
+			var b []byte
+			read := make(chan struct{})
+			go func() {
+				defer close(read)
+				b, err = io.ReadAll(resp.Body)
+			}()
+			select {
+			case <-read:
+			case <-time.After(10 * time.Second): // reading a few KiB from memory: far beyond what it takes
+				t.Fatal("the body never ends")
+			}
 			require.Equal(t, tc.body, string(b), "the caller gets the whole body")
 			if tc.readErr != "" {
 				require.ErrorContains(t, err, tc.readErr)
@@ -208,6 +221,34 @@ func TestTransportBackoffIsCapped(t *testing.T) {
 	require.ErrorContains(t, err, "connection reset")
 	require.Len(t, base.keys, 6)
 	require.Equal(t, []time.Duration{100*time.Millisecond - 1, 200*time.Millisecond - 1, 300*time.Millisecond - 1, 300*time.Millisecond - 1, 300*time.Millisecond - 1}, *slept)
+}
+
+// TestTransportBackoffNeverOverflows: the limit of a backoff is base·2ⁿ⁻¹
+// while that is below the cap, and the cap from there on, however many the
+// retries: a shift that overflows (to zero or below) never shortens it.
+func TestTransportBackoffNeverOverflows(t *testing.T) {
+	const base = 1 << 33 // ns: base·2³¹ overflows to exactly 0
+	tr, _ := testTransport(nil, WithBackoff(base, time.Hour))
+	for attempt := 1; attempt <= 70; attempt++ {
+		want := time.Hour
+		if attempt <= 9 { // 2⁴¹ns, about 37 minutes
+			want = time.Duration(base) << (attempt - 1)
+		}
+		require.Equal(t, want-1, tr.backoffFor(attempt), "attempt %d", attempt)
+	}
+}
+
+// TestSleepCtxEndedContext: a context that has ended ends every sleep at
+// once with its error, a zero one included.
+func TestSleepCtxEndedContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 100 { // a select between two ready cases chooses at random
+		for _, d := range []time.Duration{-1, 0, time.Hour} {
+			require.ErrorIs(t, sleepCtx(ctx, d), context.Canceled, "%v", d)
+		}
+	}
+	require.NoError(t, sleepCtx(context.Background(), 0))
 }
 
 func TestTransportGivesUp(t *testing.T) {
