@@ -30,6 +30,7 @@ func TestMatchFingerprint(t *testing.T) {
 		{"plain, met by a keyed request", "sha", "k1.MAC1", []string{"k2.MAC2"}, idemstore.ClaimUnreadable},
 		{"plain, listed as it is", "sha", "k1.MAC1", []string{"sha"}, idemstore.ClaimUnreadable},
 		{"empty key id, the current one", ".MAC1", ".MAC2", nil, idemstore.ClaimMismatch},
+		{"empty key id, met by a plain request", ".MAC1", "sha", nil, idemstore.ClaimUnreadable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := idemstore.ClaimRequest{Fingerprint: tc.current, OtherFingerprints: tc.others}
