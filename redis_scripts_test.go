@@ -96,7 +96,16 @@ func TestClaimScriptTouchesReplays(t *testing.T) {
 	_, err := events.Receive(ctx)
 	require.NoError(t, err)
 	require.NoError(t, c.Set(ctx, rec, "1C|3|own1|fp|1700000000|=done", time.Hour).Err())
-	next := func() string { return (<-events.Channel()).Payload }
+	next := func() string {
+		t.Helper()
+		select {
+		case m := <-events.Channel():
+			return m.Payload
+		case <-time.After(10 * time.Second): // an event on the same server: far beyond what it takes
+			t.Fatal("no keyspace event")
+			return ""
+		}
+	}
 	require.Equal(t, []string{"set", "expire"}, []string{next(), next()})
 
 	req := idemstore.ClaimRequest{Owner: "own2", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
