@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +216,46 @@ func TestCompleteScriptPaths(t *testing.T) {
 		require.True(t, strings.HasSuffix(b.c.Get(ctx, rec).Val(), "|=first"), "the record as first completed")
 		require.LessOrEqual(t, b.c.PTTL(ctx, rec).Val(), time.Hour, "its retention as first completed")
 	})
+}
+
+// TestScriptsPublish: a completion, a release and a forget each publish on
+// the record's channel, which waiters subscribe to; a re-sent completion
+// succeeds without reporting the publish refused.
+func TestScriptsPublish(t *testing.T) {
+	c := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	var logged strings.Builder
+	s := NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithStoreLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	rec, _ := s.Keys("pub")
+	sub := c.SSubscribe(ctx, rec+":n")
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	published := func(what string) {
+		t.Helper()
+		select {
+		case m := <-sub.Channel():
+			require.Equal(t, rec+":n", m.Channel, what)
+		case <-time.After(10 * time.Second): // a message on the same server: far beyond what it takes
+			t.Fatalf("%s published nothing", what)
+		}
+	}
+	claim := func() {
+		t.Helper()
+		res, err := s.Claim(ctx, "pub", idemstore.ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, idemstore.ClaimOK, res.Status)
+	}
+	claim()
+	require.NoError(t, s.Release(ctx, "pub", "own1"))
+	published("a release")
+	claim()
+	require.NoError(t, s.Complete(ctx, "pub", "own1", []byte("r"), time.Hour))
+	published("a completion")
+	require.NoError(t, s.Complete(ctx, "pub", "own1", []byte("r"), time.Hour))
+	require.Empty(t, logged.String(), "a re-sent completion is no refused publish")
+	forgot, err := s.Forget(ctx, "pub", false)
+	require.NoError(t, err)
+	require.True(t, forgot)
+	published("a forget")
 }
