@@ -51,7 +51,7 @@ var luaStages = []luaStage{
 	{"miniredis", `^TestRedisStoreContractMiniredis$`, false},
 	{"redis-server", `^(TestRedisStoreContractRedisServer|TestScriptsAgreeOnLayout|TestClaimScriptPaths|TestCreatedArg|` +
 		`TestCheckpointScriptPaths|TestScriptErrorsNameTheRecord|TestClaimScriptTouchesReplays|TestClaimScriptLeasePaths|` +
-		`TestClaimScriptLastMillisecond|TestCompleteScriptPaths|TestScriptsPublish|TestWaiterIsNotified|TestForgetNotifiesWaiters|` +
+		`TestClaimScriptLastMillisecond|TestCompleteScriptPaths|TestScriptsPublish|TestCompleteScriptPublishRefused|TestWaiterIsNotified|TestForgetNotifiesWaiters|` +
 		`TestRedisStoreReplicaAck|TestInspect|TestInspectResults|TestForget|TestForgetLiveLease|TestForgetWaitsForReplicas|` +
 		`TestCheckProbes|TestCheckWithoutConfig|TestRedisStoreCheck|TestCheckAuthentication)$`, true},
 }

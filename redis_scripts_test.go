@@ -219,8 +219,9 @@ func TestCompleteScriptPaths(t *testing.T) {
 }
 
 // TestScriptsPublish: a completion, a release and a forget each publish on
-// the record's channel, which waiters subscribe to; a re-sent completion
-// succeeds without reporting the publish refused.
+// the record's channel, which waiters subscribe to; a re-sent completion and
+// a forget that deletes nothing publish nothing, and report no refused
+// publish.
 func TestScriptsPublish(t *testing.T) {
 	c := redistest.Shared(t).Client(t)
 	ctx := context.Background()
@@ -231,14 +232,24 @@ func TestScriptsPublish(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 	_, err := sub.Receive(ctx)
 	require.NoError(t, err)
+	// next is what the subscription receives next: a message, or the pong
+	// of a PING sent after everything before it.
+	next := func() any {
+		t.Helper()
+		m, err := sub.ReceiveTimeout(ctx, 10*time.Second) // far beyond what a local server takes
+		require.NoError(t, err)
+		return m
+	}
 	published := func(what string) {
 		t.Helper()
-		select {
-		case m := <-sub.Channel():
-			require.Equal(t, rec+":n", m.Channel, what)
-		case <-time.After(10 * time.Second): // a message on the same server: far beyond what it takes
-			t.Fatalf("%s published nothing", what)
-		}
+		m, ok := next().(*redis.Message)
+		require.True(t, ok, "%s published nothing", what)
+		require.Equal(t, rec+":n", m.Channel, what)
+	}
+	quiet := func(what string) {
+		t.Helper()
+		require.NoError(t, sub.Ping(ctx))
+		require.IsType(t, &redis.Pong{}, next(), "%s published", what)
 	}
 	claim := func() {
 		t.Helper()
@@ -246,6 +257,10 @@ func TestScriptsPublish(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, idemstore.ClaimOK, res.Status)
 	}
+	forgot, err := s.Forget(ctx, "pub", false)
+	require.NoError(t, err)
+	require.False(t, forgot)
+	quiet("a forget of nothing")
 	claim()
 	require.NoError(t, s.Release(ctx, "pub", "own1"))
 	published("a release")
@@ -253,9 +268,33 @@ func TestScriptsPublish(t *testing.T) {
 	require.NoError(t, s.Complete(ctx, "pub", "own1", []byte("r"), time.Hour))
 	published("a completion")
 	require.NoError(t, s.Complete(ctx, "pub", "own1", []byte("r"), time.Hour))
-	require.Empty(t, logged.String(), "a re-sent completion is no refused publish")
-	forgot, err := s.Forget(ctx, "pub", false)
+	quiet("a re-sent completion")
+	forgot, err = s.Forget(ctx, "pub", false)
 	require.NoError(t, err)
 	require.True(t, forgot)
-	published("a forget")
+	published("a forget of the record alone")
+	require.Empty(t, logged.String(), "no publish was refused")
+}
+
+// TestCompleteScriptPublishRefused: a user that may not publish completes
+// all the same, and the store says once that waiters will poll.
+func TestCompleteScriptPublishRefused(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := context.Background()
+	user := strings.ReplaceAll(t.Name(), "/", "-")
+	require.NoError(t, srv.Client(t).Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "resetchannels", "+@all").Err())
+	o := srv.Options()
+	o.Username, o.Password = user, "pw"
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	var logged strings.Builder
+	s := NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithStoreLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	res, err := s.Claim(ctx, "nopub", idemstore.ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, idemstore.ClaimOK, res.Status)
+	require.NoError(t, s.Complete(ctx, "nopub", "own1", []byte("r"), time.Hour))
+	require.Contains(t, logged.String(), "may not use the sharded channels")
+	r, err := s.Read(ctx, "nopub")
+	require.NoError(t, err)
+	require.Equal(t, idemstore.StateCompleted, r.State)
 }
