@@ -276,8 +276,8 @@ func TestScriptsPublish(t *testing.T) {
 	require.Empty(t, logged.String(), "no publish was refused")
 }
 
-// TestCompleteScriptPublishRefused: a user that may not publish completes
-// all the same, and the store says once that waiters will poll.
+// TestCompleteScriptPublishRefused: a user that may not publish releases and
+// completes all the same, and the store says that waiters will poll.
 func TestCompleteScriptPublishRefused(t *testing.T) {
 	srv := redistest.Shared(t)
 	ctx := context.Background()
@@ -287,14 +287,21 @@ func TestCompleteScriptPublishRefused(t *testing.T) {
 	o.Username, o.Password = user, "pw"
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
-	var logged strings.Builder
-	s := NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithStoreLogger(slog.New(slog.NewTextHandler(&logged, nil))))
-	res, err := s.Claim(ctx, "nopub", idemstore.ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Equal(t, idemstore.ClaimOK, res.Status)
-	require.NoError(t, s.Complete(ctx, "nopub", "own1", []byte("r"), time.Hour))
-	require.Contains(t, logged.String(), "may not use the sharded channels")
-	r, err := s.Read(ctx, "nopub")
+	req := idemstore.ClaimRequest{Owner: "own1", Fingerprint: "fp", Lease: time.Minute, TTL: time.Hour}
+	prefix := redistest.Prefix(t)
+	for _, write := range []func(s *RedisStore) error{
+		func(s *RedisStore) error { return s.Release(ctx, "nopub", "own1") },
+		func(s *RedisStore) error { return s.Complete(ctx, "nopub", "own1", []byte("r"), time.Hour) },
+	} {
+		var logged strings.Builder
+		s := NewRedisStore(c, WithPrefix(prefix), WithStoreLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+		res, err := s.Claim(ctx, "nopub", req)
+		require.NoError(t, err)
+		require.Equal(t, idemstore.ClaimOK, res.Status)
+		require.NoError(t, write(s))
+		require.Contains(t, logged.String(), "may not use the sharded channels")
+	}
+	r, err := NewRedisStore(c, WithPrefix(prefix)).Read(ctx, "nopub")
 	require.NoError(t, err)
 	require.Equal(t, idemstore.StateCompleted, r.State)
 }
