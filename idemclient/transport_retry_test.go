@@ -63,7 +63,7 @@ func TestTransportRetriesWithTheSameKey(t *testing.T) {
 	}}
 	tr, slept := testTransport(base, WithBackoff(100*time.Millisecond, time.Second))
 	req := postRequest(t, context.Background(), `{"amount":1}`)
-	resp, err := tr.RoundTrip(req)
+	resp, err := ended(t, func() (*http.Response, error) { return tr.RoundTrip(req) })
 	require.NoError(t, err)
 	require.Equal(t, 201, resp.StatusCode)
 
@@ -115,7 +115,9 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := &scripted{script: []func() (*http.Response, error){tc.answer, status(201)}}
 			tr, _ := testTransport(base)
-			resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
+			resp, err := ended(t, func() (*http.Response, error) {
+				return tr.RoundTrip(postRequest(t, context.Background(), "x"))
+			})
 			require.NoError(t, err)
 			if tc.retried {
 				require.Equal(t, 201, resp.StatusCode)
@@ -125,16 +127,11 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 			require.Equal(t, 409, resp.StatusCode)
 			require.Len(t, base.keys, 1, "someone else's 409 is not retried")
 			var b []byte
-			read := make(chan struct{})
-			go func() {
-				defer close(read)
+			_, err = ended(t, func() (*http.Response, error) {
+				var err error
 				b, err = io.ReadAll(resp.Body)
-			}()
-			select {
-			case <-read:
-			case <-time.After(10 * time.Second): // reading a few KiB from memory: far beyond what it takes
-				t.Fatal("the body never ends")
-			}
+				return nil, err
+			})
 			require.Equal(t, tc.body, string(b), "the caller gets the whole body")
 			if tc.readErr != "" {
 				require.ErrorContains(t, err, tc.readErr)
@@ -143,6 +140,29 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 			}
 			require.NoError(t, resp.Body.Close())
 		})
+	}
+}
+
+// ended runs f, which reads a few KiB from memory, and fails the test if it
+// has not returned after 10s, far beyond what it takes: a body without end
+// must fail the test, not hang it.
+func ended(t *testing.T, f func() (*http.Response, error)) (*http.Response, error) {
+	t.Helper()
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := f()
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("never ended: a body without end")
+		return nil, nil
 	}
 }
 
