@@ -37,7 +37,7 @@ func TestCheckProbes(t *testing.T) {
 		{name: "no pexpire", line: base + " -pexpire", errs: []string{"may not run PEXPIRE in a script"}},
 		{name: "no wait", line: base + " -wait", opts: []idem.RedisOption{idem.WithReplicaAck(1, time.Second)}, errs: []string{"WAIT"}},
 		{name: "no wait, no acks", line: base + " -wait"},
-		{name: "no channels", line: "ACL SETUSER x on >PASSWORD ~idem:* resetchannels +@all -@dangerous", warning: "waiters will poll"},
+		{name: "no channels", line: "ACL SETUSER x on >PASSWORD ~idem:* resetchannels +@all -@dangerous", warning: "may not publish on the channels idem:*"},
 		{name: "no ssubscribe", line: base + " -ssubscribe", warning: "may not subscribe"},
 		{name: "no info", line: base, warning: "event=version_unverified"},
 		{name: "everything", line: "ACL SETUSER x on >PASSWORD ~* &* +@all"},

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,9 +17,14 @@ import (
 // transport sent is KeyFrom(resp.Request.Context()), as created (not
 // quoted), whichever way it was given; the header carries its sent form.
 func TestKeyFromResponse(t *testing.T) {
-	received := make(chan string, 1)
+	var (
+		mu       sync.Mutex
+		received []string // the key header of each request the server got
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		received <- r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		received = append(received, r.Header.Get("Idempotency-Key"))
+		mu.Unlock()
 		w.Header().Set(ReplayedHeader, "true")
 		w.WriteHeader(http.StatusCreated)
 	}))
@@ -41,6 +47,9 @@ func TestKeyFromResponse(t *testing.T) {
 		{name: "own header, not a key", header: `"open`, want: `"open`, sent: `"open`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			received = nil
+			mu.Unlock()
 			client := &http.Client{Transport: NewTransport(nil, tc.opts...)}
 			ctx := context.Background()
 			if tc.ctxKey != "" {
@@ -55,7 +64,11 @@ func TestKeyFromResponse(t *testing.T) {
 			require.NoError(t, err)
 			resp.Body.Close()
 			require.Equal(t, "true", resp.Header.Get(ReplayedHeader))
-			sent := <-received
+			mu.Lock()
+			got := received
+			mu.Unlock()
+			require.Len(t, got, 1, "a success is sent once")
+			sent := got[0]
 
 			key, ok := KeyFrom(resp.Request.Context())
 			require.True(t, ok, "the response's request carries the key")

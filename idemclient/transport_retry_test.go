@@ -63,7 +63,7 @@ func TestTransportRetriesWithTheSameKey(t *testing.T) {
 	}}
 	tr, slept := testTransport(base, WithBackoff(100*time.Millisecond, time.Second))
 	req := postRequest(t, context.Background(), `{"amount":1}`)
-	resp, err := tr.RoundTrip(req)
+	resp, err := ended(t, func() (*http.Response, error) { return tr.RoundTrip(req) })
 	require.NoError(t, err)
 	require.Equal(t, 201, resp.StatusCode)
 
@@ -86,6 +86,7 @@ func TestTransportRetriesWithTheSameKey(t *testing.T) {
 
 func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 	big := strings.TrimSuffix(inProgressBody, "}") + strings.Repeat(" ", 8<<10) + "}"
+	peek := strings.TrimSuffix(inProgressBody, "}") + strings.Repeat(" ", maxProblemPeek-len(inProgressBody)) + "}"
 	for _, tc := range []struct {
 		name    string
 		answer  func() (*http.Response, error)
@@ -102,6 +103,8 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 		{name: "no Content-Type", answer: respond(409, "", inProgressBody), body: inProgressBody},
 		{name: "not JSON", answer: respond(409, "application/problem+json", "<html>frozen</html>"), body: "<html>frozen</html>"},
 		{name: "larger than the prefix read: intact", answer: respond(409, "application/problem+json", big), body: big},
+		{name: "as large as the prefix read", answer: respond(409, "application/problem+json", peek), retried: true},
+		{name: "a byte larger than the prefix read", answer: respond(409, "application/problem+json", peek+" "), body: peek + " "},
 		{name: "no body", answer: nilBody(409), body: ""},
 		{name: "unreadable body", answer: func() (*http.Response, error) {
 			resp, _ := respond(409, "application/problem+json", "")()
@@ -112,7 +115,9 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := &scripted{script: []func() (*http.Response, error){tc.answer, status(201)}}
 			tr, _ := testTransport(base)
-			resp, err := tr.RoundTrip(postRequest(t, context.Background(), "x"))
+			resp, err := ended(t, func() (*http.Response, error) {
+				return tr.RoundTrip(postRequest(t, context.Background(), "x"))
+			})
 			require.NoError(t, err)
 			if tc.retried {
 				require.Equal(t, 201, resp.StatusCode)
@@ -121,7 +126,12 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 			}
 			require.Equal(t, 409, resp.StatusCode)
 			require.Len(t, base.keys, 1, "someone else's 409 is not retried")
-			b, err := io.ReadAll(resp.Body)
+			var b []byte
+			_, err = ended(t, func() (*http.Response, error) {
+				var err error
+				b, err = io.ReadAll(resp.Body)
+				return nil, err
+			})
 			require.Equal(t, tc.body, string(b), "the caller gets the whole body")
 			if tc.readErr != "" {
 				require.ErrorContains(t, err, tc.readErr)
@@ -130,6 +140,29 @@ func TestTransportRetries409OnlyWhenInProgress(t *testing.T) {
 			}
 			require.NoError(t, resp.Body.Close())
 		})
+	}
+}
+
+// ended runs f, which reads a few KiB from memory, and fails the test if it
+// has not returned after 10s, far beyond what it takes: a body without end
+// must fail the test, not hang it.
+func ended(t *testing.T, f func() (*http.Response, error)) (*http.Response, error) {
+	t.Helper()
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := f()
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("never ended: a body without end")
+		return nil, nil
 	}
 }
 
@@ -208,6 +241,34 @@ func TestTransportBackoffIsCapped(t *testing.T) {
 	require.ErrorContains(t, err, "connection reset")
 	require.Len(t, base.keys, 6)
 	require.Equal(t, []time.Duration{100*time.Millisecond - 1, 200*time.Millisecond - 1, 300*time.Millisecond - 1, 300*time.Millisecond - 1, 300*time.Millisecond - 1}, *slept)
+}
+
+// TestTransportBackoffNeverOverflows: the limit of a backoff is base·2ⁿ⁻¹
+// while that is below the cap, and the cap from there on, however many the
+// retries: a shift that overflows (to zero or below) never shortens it.
+func TestTransportBackoffNeverOverflows(t *testing.T) {
+	const base = 1 << 33 // ns: base·2³¹ overflows to exactly 0
+	tr, _ := testTransport(nil, WithBackoff(base, time.Hour))
+	for attempt := 1; attempt <= 70; attempt++ {
+		want := time.Hour
+		if attempt <= 9 { // 2⁴¹ns, about 37 minutes
+			want = time.Duration(base) << (attempt - 1)
+		}
+		require.Equal(t, want-1, tr.backoffFor(attempt), "attempt %d", attempt)
+	}
+}
+
+// TestSleepCtxEndedContext: a context that has ended ends every sleep at
+// once with its error, a zero one included.
+func TestSleepCtxEndedContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 100 { // a select between two ready cases chooses at random
+		for _, d := range []time.Duration{-1, 0, time.Hour} {
+			require.ErrorIs(t, sleepCtx(ctx, d), context.Canceled, "%v", d)
+		}
+	}
+	require.NoError(t, sleepCtx(context.Background(), 0))
 }
 
 func TestTransportGivesUp(t *testing.T) {

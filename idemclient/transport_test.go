@@ -121,6 +121,30 @@ func TestTransportKeys(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidKey)
 		require.Empty(t, base.keys)
 	})
+	t.Run("an invalid key closes the body, as a RoundTripper must on errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			ctx  context.Context
+			opts []Option
+		}{
+			{"invalid", WithKey(context.Background(), "caf\u00e9"), nil},
+			{"cannot travel bare", WithKey(context.Background(), " padded"), []Option{WithBareKey()}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tr, _ := testTransport(&scripted{script: ok}, tc.opts...)
+				body := &closeCounter{Reader: strings.NewReader("x")}
+				r := postRequest(t, tc.ctx, "")
+				r.Body = body
+				_, err := tr.RoundTrip(r)
+				require.ErrorIs(t, err, ErrInvalidKey)
+				require.Equal(t, 1, body.closed)
+
+				r.Body = nil // no body to close: the same error
+				_, err = tr.RoundTrip(r)
+				require.ErrorIs(t, err, ErrInvalidKey)
+			})
+		}
+	})
 	t.Run("header name", func(t *testing.T) {
 		var got http.Header
 		tr := NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -132,6 +156,17 @@ func TestTransportKeys(t *testing.T) {
 		require.NotEmpty(t, got.Get("X-Request-Key"))
 		require.Empty(t, got.Get("Idempotency-Key"))
 	})
+}
+
+// closeCounter is a request body that counts its Close calls.
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (c *closeCounter) Close() error {
+	c.closed++
+	return nil
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -179,6 +214,17 @@ func TestTransportBodies(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 201, resp.StatusCode)
 		require.Equal(t, []string{"hello", "hello"}, base.bodies)
+	})
+	t.Run("without GetBody, exactly 1 MiB: buffered", func(t *testing.T) {
+		base := &scripted{script: retry}
+		tr, _ := testTransport(base)
+		limit := strings.Repeat("x", maxBufferedBody)
+		r := postRequest(t, context.Background(), "")
+		r.Body, r.GetBody, r.ContentLength = io.NopCloser(strings.NewReader(limit)), nil, -1
+		resp, err := tr.RoundTrip(r)
+		require.NoError(t, err)
+		require.Equal(t, 201, resp.StatusCode)
+		require.Equal(t, []string{limit, limit}, base.bodies)
 	})
 	t.Run("without GetBody, too large to buffer: sent once", func(t *testing.T) {
 		base := &scripted{script: retry}
@@ -246,6 +292,16 @@ func TestTransportShowsItsKey(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"mine", "mine"}, base.keys)
 		require.Equal(t, "mine", resp.Request.Header.Get("Idempotency-Key"))
+	})
+	t.Run("KeyFrom the response names the key sent: the header's, not the context's", func(t *testing.T) {
+		tr, _ := testTransport(&scripted{script: []func() (*http.Response, error){status(201)}})
+		r := postRequest(t, WithKey(context.Background(), "from-ctx"), "x")
+		r.Header.Set("Idempotency-Key", `"from-header"`)
+		resp, err := tr.RoundTrip(r)
+		require.NoError(t, err)
+		key, ok := KeyFrom(resp.Request.Context())
+		require.True(t, ok)
+		require.Equal(t, "from-header", key)
 	})
 }
 

@@ -348,3 +348,45 @@ func unmarshalNumbers(b []byte, v any) error {
 	d.UseNumber()
 	return d.Decode(v)
 }
+
+// TestCanonicalJSONPrefixes: every prefix of documents that hold each kind
+// of value (escapes, \u sequences and surrogates, numbers with fractions
+// and exponents, objects out of order, names equal once case-folded) is
+// canonicalised as the oracle does, or refused where the oracle refuses it
+// or the names are ambiguous: the inputs that end at each byte, which
+// FuzzCanonicalJSONMatchesOracle finds only by chance.
+func TestCanonicalJSONPrefixes(t *testing.T) {
+	for _, doc := range []string{
+		`{"b":1,"a":[true,null,false,"x\"y\\z\/\b\f\n\r\t"],"c":-0.5e+10}`,
+		` [ {"z":{"y":[{"b":1,"a":2}]},"x":0} , 1E-3 , 10 ] `,
+		`{"\u00e9":{"\u00c9":[]},"e":"\ud83d\ude00\u0041","E":2}`,
+		`{"K":1,"k":{"b":"\u212a","a":"\u017f"}}`,
+		`{"aa":{},"a":[],"ab":"","A":0}`,
+		`["\u0020\u001f\u007f\u0000", "a\u0020b"]`,
+	} {
+		for n := 0; n <= len(doc); n++ {
+			in := []byte(doc[:n])
+			want, wantOK := oracleCanonicalJSON([]byte("head"), in)
+			got, ok := Append([]byte("head"), in)
+			switch {
+			case ok:
+				require.True(t, wantOK, "%q", in)
+				require.Equal(t, string(want), string(got), "%q", in)
+			case wantOK:
+				require.True(t, duplicateNames(in), "%q: refused, yet the oracle canonicalised it and it has no duplicate names", in)
+			}
+		}
+	}
+}
+
+// TestCanonicalJSONFoldedNames: names equal once case-folded, at either end
+// of the alphabet, have no canonical form.
+func TestCanonicalJSONFoldedNames(t *testing.T) {
+	for _, doc := range []string{`{"a":1,"A":2}`, `{"z":1,"Z":2}`, `{"xa":1,"XA":2}`, `{"A":1,"b":2,"a":3}`} {
+		_, ok := Append(nil, []byte(doc))
+		require.False(t, ok, "%s", doc)
+	}
+	got, ok := Append(nil, []byte(`{"b":1,"a":2,"@":3,"[":4}`))
+	require.True(t, ok)
+	require.Equal(t, `{"@":3,"[":4,"a":2,"b":1}`, string(got), "the bytes beside the letters fold to nothing")
+}

@@ -3,10 +3,12 @@ package jsonptr
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -202,4 +204,55 @@ func decode(t *testing.T, b []byte) any {
 		t.Fatalf("decode %q: %v", b, err)
 	}
 	return v
+}
+
+// TestFindTruncated: Find on every prefix of valid documents, under
+// pointers that reach into them, neither panics nor loops (the promise
+// FuzzFind checks on random input, here on the inputs that end at each
+// byte), and finds nothing in the empty prefix.
+func TestFindTruncated(t *testing.T) {
+	docs := []string{
+		`{"id":"evt_1","data":{"a":[1,2,{"b":null}],"s":"x\"y"},"n":-1.5e3}`,
+		`[0,[1,{"k":[true,false]}],"\\"]`,
+		` { "a" : { "b" : [ 10 , 20 ] } } `,
+	}
+	ptrs := []string{"", "/id", "/data/a/2/b", "/data/s", "/n", "/1/1/k/1", "/2", "/a/b/1", "/zz"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, doc := range docs {
+			for _, ptr := range ptrs {
+				p, err := Parse(ptr)
+				if err != nil {
+					panic(err)
+				}
+				for n := 0; n <= len(doc); n++ {
+					v, err := p.Find([]byte(doc[:n]))
+					if n == 0 && (err == nil || v != nil) {
+						panic(fmt.Sprintf("Find(%q) on nothing = %q, %v", ptr, v, err))
+					}
+				}
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second): // a few thousand walks of short documents: far beyond what it takes
+		t.Fatal("Find loops on a truncated document")
+	}
+}
+
+// TestFindErrorPaths: an error names the pointer up to the token that
+// failed, empty tokens included.
+func TestFindErrorPaths(t *testing.T) {
+	for _, tc := range []struct{ doc, ptr, err string }{
+		{`{"":{"x":1}}`, "//b/c", "//b: no such member"},
+		{`{"a":{"":{"x":1}}}`, "/a//b/c", "/a//b: no such member"},
+		{`{"a":[1]}`, "/a/1/c", "/a/1"},
+	} {
+		p, err := Parse(tc.ptr)
+		require.NoError(t, err)
+		_, err = p.Find([]byte(tc.doc))
+		require.ErrorContains(t, err, tc.err, "%s in %s", tc.ptr, tc.doc)
+	}
 }

@@ -80,3 +80,36 @@ func TestIsToken(t *testing.T) {
 		require.Equal(t, want, wire.IsToken(s), "%q", s)
 	}
 }
+
+// TestValidKeyEdges: the first and last printable ASCII bytes, and the
+// longest key, are valid; one past them is not.
+func TestValidKeyEdges(t *testing.T) {
+	for key, valid := range map[string]bool{
+		" ": true, "~": true, "a b~": true, strings.Repeat("k", wire.MaxKeyLen): true,
+		"\x1f": false, "\x7f": false, "a\x7fb": false, strings.Repeat("k", wire.MaxKeyLen+1): false,
+	} {
+		err := wire.ValidKey(key)
+		if valid {
+			require.NoError(t, err, "%q", key)
+		} else {
+			require.ErrorIs(t, err, wire.ErrInvalidKey, "%q", key)
+		}
+		key, err = wire.ParseKey(`"` + key + `"`)
+		if valid {
+			require.NoError(t, err, "quoted %q", key)
+		} else {
+			require.ErrorIs(t, err, wire.ErrInvalidKey, "quoted %q", key)
+		}
+	}
+}
+
+// TestIsTokenEdges: the ends of each range of letters and digits are tchar;
+// the bytes beside them are not (but the backquote before a, a tchar).
+func TestIsTokenEdges(t *testing.T) {
+	for _, b := range "azAZ09" {
+		require.True(t, wire.IsToken(string(b)), "%q", b)
+	}
+	for _, b := range "{@[/:" {
+		require.False(t, wire.IsToken(string(b)), "%q", b)
+	}
+}
