@@ -64,8 +64,8 @@ func Prepare(r *http.Request) *http.Request {
 // The upstream may have acted on the first copy, so under idem the second
 // would run the operation twice in one attempt. NoReplay clears GetBody and
 // gives a request without a body an empty one of unknown length, which the
-// transport still sends as Content-Length: 0 (or no body, for methods that
-// take none). r may be the request a proxy will clone (httputil.ReverseProxy
+// transport sends as an empty chunked body on POST, PUT and PATCH (and as
+// no body on methods that take none). r may be the request a proxy will clone (httputil.ReverseProxy
 // and Caddy's reverse_proxy keep a body of unknown length) or its clone.
 func NoReplay(r *http.Request) {
 	r.GetBody = nil
