@@ -111,10 +111,17 @@ func startProxyProcess(e *env, cmd *exec.Cmd, fromStderr bool) (*proxyProcess, e
 	}
 }
 
-// buildIdem builds the idem command into dir and returns its path.
+// buildIdem builds the idem command into dir and returns its path. Under
+// -race (the bench's tests) the command is built with -race too, from the
+// packages the core's tests compiled, instead of compiling them again; its
+// figures then mean nothing, and the tests check only that it runs.
 func buildIdem(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "idem")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/idemkit/idem/cmd/idem")
+	args := []string{"build", "-o", bin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "github.com/idemkit/idem/cmd/idem")...)
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build cmd/idem: %w: %s", err, out)
