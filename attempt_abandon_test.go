@@ -74,24 +74,7 @@ func TestAbandonMiddleware(t *testing.T) {
 		const lease = time.Second
 		g := b.guard(t, idem.WithLease(lease))
 		var fences []int64
-		h := g.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			a, ok := idem.AttemptFrom(r.Context())
-			require.True(t, ok)
-			fences = append(fences, a.Fence)
-			if a.Fence == 1 {
-				a.Abandon()
-				http.Error(w, "upstream did not answer", http.StatusBadGateway)
-				return
-			}
-			io.WriteString(w, "done")
-		}))
-		post := func() *httptest.ResponseRecorder {
-			r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
-			r.Header.Set("Idempotency-Key", "abandoned-1")
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			return w
-		}
+		post := firstAttemptFails(t, g.Middleware(), "abandoned-1", &fences, (*idem.Attempt).Abandon)
 		w := post()
 		require.Equal(t, http.StatusBadGateway, w.Code)
 		require.Empty(t, w.Header().Get("Idempotent-Replayed"))
@@ -112,4 +95,29 @@ func TestAbandonMiddleware(t *testing.T) {
 func TestAbandonNil(t *testing.T) {
 	var a *idem.Attempt
 	require.NotPanics(t, a.Abandon)
+}
+
+// firstAttemptFails serves POST /pay with key through mw: the first attempt
+// calls mark on its Attempt and answers 502, later ones answer "done"; every
+// attempt's fence is appended to fences. It returns a function sending one
+// request.
+func firstAttemptFails(t *testing.T, mw func(http.Handler) http.Handler, key string, fences *[]int64, mark func(*idem.Attempt)) func() *httptest.ResponseRecorder {
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := idem.AttemptFrom(r.Context())
+		require.True(t, ok)
+		*fences = append(*fences, a.Fence)
+		if a.Fence == 1 {
+			mark(a)
+			http.Error(w, "upstream failed", http.StatusBadGateway)
+			return
+		}
+		io.WriteString(w, "done")
+	}))
+	return func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
 }

@@ -3,7 +3,6 @@ package idem_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,24 +22,8 @@ func TestReleaseMiddleware(t *testing.T) {
 		obs := &recObserver{}
 		g := b.guard(t, idem.WithLease(time.Minute), idem.WithObserver(obs))
 		var fences []int64
-		h := g.Middleware(idem.WithCacheStatus(func(int) bool { return true }))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			a, ok := idem.AttemptFrom(r.Context())
-			require.True(t, ok)
-			fences = append(fences, a.Fence)
-			if a.Fence == 1 {
-				a.Release()
-				http.Error(w, "upstream refused the connection", http.StatusBadGateway)
-				return
-			}
-			io.WriteString(w, "done")
-		}))
-		post := func() *httptest.ResponseRecorder {
-			r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
-			r.Header.Set("Idempotency-Key", "released-1")
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			return w
-		}
+		mw := g.Middleware(idem.WithCacheStatus(func(int) bool { return true }))
+		post := firstAttemptFails(t, mw, "released-1", &fences, (*idem.Attempt).Release)
 		w := post()
 		require.Equal(t, http.StatusBadGateway, w.Code)
 		require.Equal(t, idem.OutcomeReleased, obs.last(t).Outcome)
