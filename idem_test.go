@@ -926,6 +926,7 @@ func fpOfNil(t *testing.T, b *backend, id string) string {
 func TestMain(m *testing.M) {
 	log := &redisLog{out: stdlog.New(os.Stderr, "redis: ", stdlog.LstdFlags)}
 	redis.SetLogger(log)
+	watchdog()
 	code := m.Run()
 	redistest.StopShared()
 	if n := log.maint.Load(); n > 0 && code == 0 {
@@ -934,6 +935,27 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// watchdog fails the run, with every goroutine's stack, once it has taken
+// longer than IDEM_TEST_DEADLINE (a duration; unset: no bound but go test's
+// -timeout). It is go test's -timeout under a name of its own: a mutation
+// run sets -timeout itself, to tell a slow test from a stuck one, and counts
+// a mutant that makes a test wait without end as timed out rather than
+// caught; scripts/mutation sets IDEM_TEST_DEADLINE well above the tests'
+// normal time, so that such a mutant fails the run like any other.
+func watchdog() {
+	d, err := time.ParseDuration(os.Getenv("IDEM_TEST_DEADLINE"))
+	if err != nil || d <= 0 {
+		return
+	}
+	time.AfterFunc(d, func() {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		fmt.Fprintf(os.Stderr, "FAIL: the tests ran past IDEM_TEST_DEADLINE=%s: a wait without end\n%s", d, buf)
+		redistest.StopShared()
+		os.Exit(1)
+	})
 }
 
 // redisLog is go-redis's logger in the tests: it writes as go-redis's own

@@ -63,40 +63,25 @@ type luaStage struct {
 	server bool   // needs redis-server
 }
 
-// luaVersionGate is why a mutant of a script's version gate lives.
-const luaVersionGate = "the version gate of SPUBLISH: every server idem supports (Redis 7.0 or newer) passes it either way, and one without REDIS_VERSION_NUM fails it either way; only Redis 7.0.0 itself would tell"
-
 // luaEquivalent are the reviewed survivors: mutants no test can kill,
 // because the mutated script behaves the same, by ID, with the reason.
 var luaEquivalent = map[string]string{
-	`checkpoint.lua:23:9 boundary "<=" -> "<"`:             "the loop ends at #v+1 after the last entry; i = #v would be an entry of one byte, and the shortest is four (0:0:)",
-	`checkpoint.lua:27:38 constant "1" -> "2"`:             "the search for the value's colon starts on the first digit of the value's length, never a colon, instead of just before it",
-	`claim.lua:48:54 constant "1" -> "2"`:                  "the floor of the wait told when the lease ran out between SET NX and PTTL (-2): any positive floor makes the claimant claim again",
-	`claim.lua:53:34 constant "2" -> "3"`:                  "string.byte returns a third byte that nothing reads",
-	`claim.lua:74:6 branch "not kid" -> "false"`:           "a plain stored fingerprint met by a keyed request: the loop after it finds no listed (keyed) fingerprint equal to it or with its absent key id, and returns the same {5}",
-	`claim.lua:94:12 boundary ">" -> ">="`:                 "a completed record with PTTL 0 is in its last millisecond: touched or not, it is gone before a replica could serve it",
-	`claim.lua:94:14 constant "0" -> "1"`:                  "as above, for a record with one millisecond left",
-	`claim.lua:112:8 boundary ">" -> ">="`:                 "a lease with PTTL 0 (its last millisecond) is taken over, or waited for one millisecond: no test can arrange PTTL 0 (miniredis deletes the key, a real server's clock moves)",
-	`claim.lua:113:10 boundary "<" -> "<="`:                "ttl is positive or -1 in this branch, so ttl < 0 and ttl <= 0 agree",
-	`claim.lua:113:12 constant "0" -> "1"`:                 "ttl is positive (at least 1) or -1 in this branch, so ttl < 0 and ttl < 1 agree",
-	`complete.lua:39:32 constant "0" -> "1"`:               luaVersionGate,
-	`complete.lua:39:35 boundary ">=" -> ">"`:              luaVersionGate,
-	`complete.lua:39:38 constant "0x070000" -> "0x070001"`: luaVersionGate,
-	`release.lua:27:34 constant "0" -> "1"`:                luaVersionGate,
-	`release.lua:27:37 boundary ">=" -> ">"`:               luaVersionGate,
-	`release.lua:27:40 constant "0x070000" -> "0x070001"`:  luaVersionGate,
-	`forget.lua:15:28 boundary ">" -> ">="`:                "a lease with PTTL 0 (its last millisecond) is forgotten or refused: no test can arrange PTTL 0",
-	`forget.lua:15:30 constant "0" -> "1"`:                 "a lease with one millisecond left is forgotten or refused, a timing no test can hold on a real server",
-	`forget.lua:16:12 constant "1" -> "2"`:                 "Forget reads any negative first value as a live lease",
-	`forget.lua:19:42 constant "0" -> "1"`:                 luaVersionGate,
-	`forget.lua:19:45 boundary ">=" -> ">"`:                luaVersionGate,
-	`forget.lua:19:48 constant "0x070000" -> "0x070001"`:   luaVersionGate,
-	`forget.lua:22:12 constant "0" -> "1"`:                 "Forget reads the second value only beside a negative first one",
-	`probe.lua:17:35 constant "10000" -> "10001"`:          "the TTL of the probe's key, which the probe deletes again",
-	`probe.lua:20:24 constant "10000" -> "10001"`:          "the TTL the probe's PEXPIRE sets on its key, which it deletes again",
-	`probe.lua:30:32 constant "0" -> "1"`:                  luaVersionGate,
-	`probe.lua:30:35 boundary ">=" -> ">"`:                 luaVersionGate,
-	`probe.lua:30:38 constant "0x070000" -> "0x070001"`:    luaVersionGate,
+	`checkpoint.lua:23:9 boundary "<=" -> "<"`:    "the loop ends at #v+1 after the last entry; i = #v would be an entry of one byte, and the shortest is four (0:0:)",
+	`checkpoint.lua:27:38 constant "1" -> "2"`:    "the search for the value's colon starts on the first digit of the value's length, never a colon, instead of just before it",
+	`claim.lua:48:54 constant "1" -> "2"`:         "the floor of the wait told when the lease ran out between SET NX and PTTL (-2): any positive floor makes the claimant claim again",
+	`claim.lua:53:34 constant "2" -> "3"`:         "string.byte returns a third byte that nothing reads",
+	`claim.lua:74:6 branch "not kid" -> "false"`:  "a plain stored fingerprint met by a keyed request: the loop after it finds no listed (keyed) fingerprint equal to it or with its absent key id, and returns the same {5}",
+	`claim.lua:94:12 boundary ">" -> ">="`:        "a completed record with PTTL 0 is in its last millisecond: touched or not, it is gone before a replica could serve it",
+	`claim.lua:94:14 constant "0" -> "1"`:         "as above, for a record with one millisecond left",
+	`claim.lua:112:8 boundary ">" -> ">="`:        "a lease with PTTL 0 (its last millisecond) is taken over, or waited for one millisecond: no test can arrange PTTL 0 (miniredis deletes the key, a real server's clock moves)",
+	`claim.lua:113:10 boundary "<" -> "<="`:       "ttl is positive or -1 in this branch, so ttl < 0 and ttl <= 0 agree",
+	`claim.lua:113:12 constant "0" -> "1"`:        "ttl is positive (at least 1) or -1 in this branch, so ttl < 0 and ttl < 1 agree",
+	`forget.lua:15:28 boundary ">" -> ">="`:       "a lease with PTTL 0 (its last millisecond) is forgotten or refused: no test can arrange PTTL 0",
+	`forget.lua:15:30 constant "0" -> "1"`:        "a lease with one millisecond left is forgotten or refused, a timing no test can hold on a real server",
+	`forget.lua:16:12 constant "1" -> "2"`:        "Forget reads any negative first value as a live lease",
+	`forget.lua:22:12 constant "0" -> "1"`:        "Forget reads the second value only beside a negative first one",
+	`probe.lua:17:35 constant "10000" -> "10001"`: "the TTL of the probe's key, which the probe deletes again",
+	`probe.lua:20:24 constant "10000" -> "10001"`: "the TTL the probe's PEXPIRE sets on its key, which it deletes again",
 }
 
 func init() {

@@ -33,10 +33,11 @@ redis.call('SET', KEYS[1], '1C' .. head .. ARGV[4] .. ARGV[2], 'PX', ARGV[3])
 -- that exists while the caller owns the record is the caller's.
 redis.call('DEL', KEYS[2])
 -- Wake the waiters (sharded Pub/Sub, on the record's shard). SPUBLISH came
--- with Redis 7.0, as REDIS_VERSION_NUM did; a server without it (an embedded
--- test server) has no subscribers either. A refused publish must not undo
--- the completion in the caller's eyes: it is reported, and waiters poll.
-if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+-- with Redis 7.0, as REDIS_VERSION_NUM did: a server that sets it has SPUBLISH,
+-- and one without it (an embedded test server) has no subscribers either. A
+-- refused publish must not undo the completion in the caller's eyes: it is
+-- reported, and waiters poll.
+if redis.REDIS_VERSION_NUM then
   local r = redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
   if type(r) == 'table' and r.err then
     return 2

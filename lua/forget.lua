@@ -16,7 +16,7 @@ if ARGV[1] ~= '1' and (ttl > 0 or ttl == -1) then
   return {-1, ttl}
 end
 local n = redis.call('DEL', KEYS[1], KEYS[2])
-if n > 0 and (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+if n > 0 and redis.REDIS_VERSION_NUM then
   redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
 end
 return {n, 0}

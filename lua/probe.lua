@@ -27,7 +27,7 @@ for _, c in ipairs(calls) do
     return {c[1], err}
   end
 end
-if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+if redis.REDIS_VERSION_NUM then
   local err = refused('SPUBLISH', KEYS[1] .. ':n', '')
   if err then
     return {'SPUBLISH', err}

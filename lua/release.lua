@@ -24,7 +24,7 @@ end
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   -- Wake the waiters: one of them takes the key over (see complete.lua).
-  if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+  if redis.REDIS_VERSION_NUM then
     local r = redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
     if type(r) == 'table' and r.err then
       return 2
