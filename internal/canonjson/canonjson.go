@@ -9,7 +9,8 @@ import (
 	"math"
 )
 
-// maxJSONDepth bounds the nesting Append accepts, as encoding/json does.
+// maxJSONDepth bounds the nesting Append accepts, as encoding/json does:
+// objects and arrays open at once.
 const maxJSONDepth = 10000
 
 // maxMoves bounds how often a byte may be rewritten with the objects out of
@@ -125,15 +126,17 @@ func (c *Canonicalizer) space() {
 	}
 }
 
+// value copies the value at c.i, inside depth objects and arrays: at most
+// maxJSONDepth of them may be open at once, as encoding/json allows.
 func (c *Canonicalizer) value(depth int) bool {
-	if c.i >= len(c.src) || depth > maxJSONDepth {
+	if c.i >= len(c.src) {
 		return false
 	}
 	switch c.src[c.i] {
 	case '{':
-		return c.object(depth)
+		return depth < maxJSONDepth && c.object(depth)
 	case '[':
-		return c.array(depth)
+		return depth < maxJSONDepth && c.array(depth)
 	case '"':
 		return c.str()
 	case 't':

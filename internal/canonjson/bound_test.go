@@ -1,0 +1,38 @@
+package canonjson
+
+import (
+	"testing"
+	"time"
+)
+
+// callBound bounds each call of Append in the tests: far beyond what any of
+// their inputs takes (a megabyte at most, milliseconds), even under the race
+// detector on a loaded machine, and far within the test binary's timeout,
+// so that a loop fails the test that reached it, naming its input, instead
+// of hanging the run.
+const callBound = 5 * time.Second
+
+// appendBounded returns Append(dst, src), or fails the test if Append has
+// not returned after callBound (the call is then left running: the test
+// binary ends with the failure).
+func appendBounded(t testing.TB, dst, src []byte) ([]byte, bool) {
+	t.Helper()
+	type result struct {
+		out []byte
+		ok  bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, ok := Append(dst, src)
+		done <- result{out, ok}
+	}()
+	timer := time.NewTimer(callBound)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.out, r.ok
+	case <-timer.C:
+		t.Fatalf("Append(%.100q) has not returned after %v: it loops", src, callBound)
+		return nil, false
+	}
+}
