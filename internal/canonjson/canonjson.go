@@ -109,7 +109,10 @@ func (c *Canonicalizer) Reset(dst []byte) {
 	c.members, c.objs, c.sorted, c.folds, c.tops = c.members[:0], c.objs[:0], c.sorted[:0], c.folds[:0], c.tops[:0]
 }
 
-// Small reports whether c's buffers are small enough to keep for reuse.
+// Small reports whether c's buffers are small enough to keep for reuse:
+// its two text buffers at most limit bytes each, its lists of members at
+// most limit/32 entries, its list of objects limit/64 and its stack
+// limit/8.
 func (c *Canonicalizer) Small(limit int) bool {
 	return cap(c.dst) <= limit && cap(c.tmp) <= limit && cap(c.members) <= limit/32 &&
 		cap(c.objs) <= limit/64 && cap(c.sorted) <= limit/32 && cap(c.folds) <= limit/32 && cap(c.tops) <= limit/8
