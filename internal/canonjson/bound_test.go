@@ -1,6 +1,8 @@
 package canonjson
 
 import (
+	"fmt"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -12,24 +14,33 @@ import (
 // of hanging the run.
 const callBound = 5 * time.Second
 
-// appendBounded returns Append(dst, src), or fails the test if Append has
-// not returned after callBound (the call is then left running: the test
-// binary ends with the failure).
+// appendBounded returns Append(dst, src), or fails the test if Append
+// panics or has not returned after callBound (the call is then left
+// running: the test binary ends with the failure).
 func appendBounded(t testing.TB, dst, src []byte) ([]byte, bool) {
 	t.Helper()
 	type result struct {
-		out []byte
-		ok  bool
+		out   []byte
+		ok    bool
+		panic any
 	}
 	done := make(chan result, 1)
 	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{panic: fmt.Sprintf("%v\n%s", r, debug.Stack())}
+			}
+		}()
 		out, ok := Append(dst, src)
-		done <- result{out, ok}
+		done <- result{out: out, ok: ok}
 	}()
 	timer := time.NewTimer(callBound)
 	defer timer.Stop()
 	select {
 	case r := <-done:
+		if r.panic != nil {
+			t.Fatalf("Append(%.100q) panicked: %v", src, r.panic)
+		}
 		return r.out, r.ok
 	case <-timer.C:
 		t.Fatalf("Append(%.100q) has not returned after %v: it loops", src, callBound)
