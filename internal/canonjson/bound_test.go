@@ -8,11 +8,12 @@ import (
 )
 
 // callBound bounds each call of Append in the tests: far beyond what any of
-// their inputs takes (a megabyte at most, milliseconds), even under the race
-// detector on a loaded machine, and far within the test binary's timeout,
+// their inputs takes (a megabyte at most: 60 ms under the race detector),
+// even on a loaded machine, and far within the test binary's timeout (and
+// within a mutation tester's, ten times a run of the package's tests),
 // so that a loop fails the test that reached it, naming its input, instead
 // of hanging the run.
-const callBound = 5 * time.Second
+const callBound = 3 * time.Second
 
 // appendBounded returns Append(dst, src), or fails the test if Append
 // panics or has not returned after callBound (the call is then left

@@ -23,13 +23,16 @@ func (c *Canonicalizer) str() bool {
 		}
 		c.dst = append(c.dst, c.src[c.i:j]...)
 		c.i = j
-		if j == len(c.src) || c.src[j] < 0x20 {
+		if j == len(c.src) {
 			return false
 		}
 		if c.src[j] == '"' {
 			c.i++
 			c.dst = append(c.dst, '"')
 			return true
+		}
+		if c.src[j] != '\\' { // a control character
+			return false
 		}
 		// An escape.
 		if j+1 >= len(c.src) {
