@@ -9,7 +9,8 @@ import (
 	"math"
 )
 
-// maxJSONDepth bounds the nesting Append accepts, as encoding/json does.
+// maxJSONDepth bounds the nesting Append accepts, as encoding/json does:
+// objects and arrays open at once.
 const maxJSONDepth = 10000
 
 // maxMoves bounds how often a byte may be rewritten with the objects out of
@@ -108,7 +109,10 @@ func (c *Canonicalizer) Reset(dst []byte) {
 	c.members, c.objs, c.sorted, c.folds, c.tops = c.members[:0], c.objs[:0], c.sorted[:0], c.folds[:0], c.tops[:0]
 }
 
-// Small reports whether c's buffers are small enough to keep for reuse.
+// Small reports whether c's buffers are small enough to keep for reuse:
+// its two text buffers at most limit bytes each, its lists of members at
+// most limit/32 entries, its list of objects limit/64 and its stack
+// limit/8.
 func (c *Canonicalizer) Small(limit int) bool {
 	return cap(c.dst) <= limit && cap(c.tmp) <= limit && cap(c.members) <= limit/32 &&
 		cap(c.objs) <= limit/64 && cap(c.sorted) <= limit/32 && cap(c.folds) <= limit/32 && cap(c.tops) <= limit/8
@@ -125,15 +129,17 @@ func (c *Canonicalizer) space() {
 	}
 }
 
+// value copies the value at c.i, inside depth objects and arrays: at most
+// maxJSONDepth of them may be open at once, as encoding/json allows.
 func (c *Canonicalizer) value(depth int) bool {
-	if c.i >= len(c.src) || depth > maxJSONDepth {
+	if c.i >= len(c.src) {
 		return false
 	}
 	switch c.src[c.i] {
 	case '{':
-		return c.object(depth)
+		return depth < maxJSONDepth && c.object(depth)
 	case '[':
-		return c.array(depth)
+		return depth < maxJSONDepth && c.array(depth)
 	case '"':
 		return c.str()
 	case 't':

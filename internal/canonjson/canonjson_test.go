@@ -42,7 +42,7 @@ func mediumJSON(n int) []byte {
 // deepJSON returns about size bytes of objects nested depth levels deep,
 // each with its members out of order: {"z":"…","a":{"z":"…","a":…}}.
 func deepJSON(depth, size int) []byte {
-	pad := strings.Repeat("p", max(size/depth-len(`{"z":"","a":}`), 0))
+	pad := deepPad(depth, size)
 	b := make([]byte, 0, depth*(len(pad)+13)+4)
 	for range depth {
 		b = append(b, `{"z":"`...)
@@ -54,6 +54,11 @@ func deepJSON(depth, size int) []byte {
 		b = append(b, '}')
 	}
 	return b
+}
+
+// deepPad is the string of each level of deepJSON(depth, size).
+func deepPad(depth, size int) string {
+	return strings.Repeat("p", max(size/depth-len(`{"z":"","a":}`), 0))
 }
 
 // stdlibCanonical is canonicalisation done with encoding/json: decode with
@@ -123,7 +128,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 
 func canon(t testing.TB, s string) (string, bool) {
 	t.Helper()
-	out, ok := Append(nil, []byte(s))
+	out, ok := appendBounded(t, nil, []byte(s))
 	return string(out), ok
 }
 
@@ -250,14 +255,14 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		out, ok := Append(nil, in)
+		out, ok := appendBounded(t, nil, in)
 		valid := json.Valid(in)
 		require.Equal(t, valid && !duplicateNames(in), ok, "%q", in)
 		if !ok {
 			return
 		}
 		require.True(t, json.Valid(out), "%q -> %q", in, out)
-		again, ok := Append(nil, out)
+		again, ok := appendBounded(t, nil, out)
 		require.True(t, ok)
 		require.Equal(t, string(out), string(again), "canonical form is stable")
 
@@ -270,7 +275,7 @@ func FuzzCanonicalJSON(f *testing.F) {
 		require.NoError(t, unmarshalNumbers(in, &v))
 		re, err := json.Marshal(v)
 		require.NoError(t, err)
-		viaStdlib, ok := Append(nil, re)
+		viaStdlib, ok := appendBounded(t, nil, re)
 		require.True(t, ok)
 		require.Equal(t, string(out), string(viaStdlib), "%q", in)
 	})
@@ -292,7 +297,7 @@ func FuzzCanonicalJSONMatchesOracle(f *testing.F) {
 			return // the oracle's cost grows with depth times size
 		}
 		want, wantOK := oracleCanonicalJSON([]byte("head"), in)
-		got, ok := Append([]byte("head"), in)
+		got, ok := appendBounded(t, []byte("head"), in)
 		switch {
 		case ok:
 			require.True(t, wantOK, "%q", in)
@@ -337,6 +342,10 @@ func TestCanonicalJSONIsLinear(t *testing.T) {
 		}
 		return best
 	}
+	for _, src := range [][]byte{canonDeep, flat} { // it returns at all, before it is timed
+		_, ok := appendBounded(t, nil, src)
+		require.True(t, ok)
+	}
 	deep, side := fastest(canonDeep), fastest(flat)
 	t.Logf("%d bytes %d deep: %v; %d bytes side by side: %v", len(canonDeep), maxJSONDepth-1, deep, len(flat), side)
 	require.Less(t, deep, 20*side+50*time.Millisecond)
@@ -367,7 +376,7 @@ func TestCanonicalJSONPrefixes(t *testing.T) {
 		for n := 0; n <= len(doc); n++ {
 			in := []byte(doc[:n])
 			want, wantOK := oracleCanonicalJSON([]byte("head"), in)
-			got, ok := Append([]byte("head"), in)
+			got, ok := appendBounded(t, []byte("head"), in)
 			switch {
 			case ok:
 				require.True(t, wantOK, "%q", in)
@@ -377,16 +386,4 @@ func TestCanonicalJSONPrefixes(t *testing.T) {
 			}
 		}
 	}
-}
-
-// TestCanonicalJSONFoldedNames: names equal once case-folded, at either end
-// of the alphabet, have no canonical form.
-func TestCanonicalJSONFoldedNames(t *testing.T) {
-	for _, doc := range []string{`{"a":1,"A":2}`, `{"z":1,"Z":2}`, `{"xa":1,"XA":2}`, `{"A":1,"b":2,"a":3}`} {
-		_, ok := Append(nil, []byte(doc))
-		require.False(t, ok, "%s", doc)
-	}
-	got, ok := Append(nil, []byte(`{"b":1,"a":2,"@":3,"[":4}`))
-	require.True(t, ok)
-	require.Equal(t, `{"@":3,"[":4,"a":2,"b":1}`, string(got), "the bytes beside the letters fold to nothing")
 }

@@ -171,7 +171,7 @@ func (c *Canonicalizer) foldCompare(a, b member) int {
 // smallest rune of its case-folding orbit, upper case for ASCII).
 func foldedRune(s []byte) (rune, int) {
 	b := s[0]
-	if b == '\\' && len(s) > 1 {
+	if b == '\\' { // in canonical form, always an escape: \ and a byte, at least
 		switch e := s[1]; e {
 		case 'b':
 			return '\b', 2

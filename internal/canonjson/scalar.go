@@ -4,6 +4,8 @@ package canonjson
 // requires, and numbers, copied as written.
 
 import (
+	"bytes"
+	"encoding/hex"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -13,7 +15,7 @@ import (
 func (c *Canonicalizer) str() bool {
 	c.i++ // opening quote
 	c.dst = append(c.dst, '"')
-	for c.i < len(c.src) {
+	for {
 		// Copy the run of plain bytes.
 		j := c.i
 		for j < len(c.src) && c.src[j] != '"' && c.src[j] != '\\' && c.src[j] >= 0x20 {
@@ -21,13 +23,16 @@ func (c *Canonicalizer) str() bool {
 		}
 		c.dst = append(c.dst, c.src[c.i:j]...)
 		c.i = j
-		if j == len(c.src) || c.src[j] < 0x20 {
+		if j == len(c.src) {
 			return false
 		}
 		if c.src[j] == '"' {
 			c.i++
 			c.dst = append(c.dst, '"')
 			return true
+		}
+		if c.src[j] != '\\' { // a control character
+			return false
 		}
 		// An escape.
 		if j+1 >= len(c.src) {
@@ -65,12 +70,11 @@ func (c *Canonicalizer) str() bool {
 			return false
 		}
 	}
-	return false
 }
 
 // lowSurrogate returns the \uXXXX escape at c.i, if there is one.
 func (c *Canonicalizer) lowSurrogate() (rune, bool) {
-	if c.i+6 > len(c.src) || c.src[c.i] != '\\' || c.src[c.i+1] != 'u' {
+	if !bytes.HasPrefix(c.src[c.i:], []byte(`\u`)) {
 		return 0, false
 	}
 	return parseHex4(c.src[c.i+2:])
@@ -102,24 +106,14 @@ func (c *Canonicalizer) appendRune(r rune) {
 
 // parseHex4 decodes the four hex digits that s starts with.
 func parseHex4(s []byte) (rune, bool) {
+	var b [2]byte
 	if len(s) < 4 {
 		return 0, false
 	}
-	var r rune
-	for _, h := range s[:4] {
-		switch {
-		case '0' <= h && h <= '9':
-			h -= '0'
-		case 'a' <= h && h <= 'f':
-			h -= 'a' - 10
-		case 'A' <= h && h <= 'F':
-			h -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(h)
+	if _, err := hex.Decode(b[:], s[:4]); err != nil {
+		return 0, false
 	}
-	return r, true
+	return rune(b[0])<<8 | rune(b[1]), true
 }
 
 func hexDigit(r rune) byte { return "0123456789abcdef"[r&0xf] }
@@ -135,13 +129,12 @@ func (c *Canonicalizer) number() bool {
 		}
 		return i > j
 	}
-	if i < len(s) && s[i] == '-' {
+	if s[i] == '-' { // value saw a byte at i
 		i++
 	}
-	switch {
-	case i < len(s) && s[i] == '0':
+	if i < len(s) && s[i] == '0' {
 		i++
-	case !digits():
+	} else if !digits() {
 		return false
 	}
 	if i < len(s) && s[i] == '.' {

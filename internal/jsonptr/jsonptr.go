@@ -174,8 +174,7 @@ func member(doc []byte, i int, name string, at Pointer, path string) (int, error
 		if end >= len(doc) {
 			break // a name ends no object
 		}
-		key := doc[i+1 : end-1]
-		exact, fold := nameMatches(key, name)
+		exact, fold := nameMatches(doc[i:end], name)
 		i = space(doc, end)
 		if i < len(doc) && doc[i] == ':' {
 			i = space(doc, i+1)
@@ -200,25 +199,18 @@ func member(doc []byte, i int, name string, at Pointer, path string) (int, error
 	return found, nil
 }
 
-// nameMatches reports whether the raw member name key (without quotes)
-// is name, and whether it is name once case-folded.
-func nameMatches(key []byte, name string) (exact, fold bool) {
+// nameMatches reports whether the member name quoted (as written, quotes
+// included) is name, and whether it is name once case-folded.
+func nameMatches(quoted []byte, name string) (exact, fold bool) {
+	key := quoted[1 : len(quoted)-1]
 	if bytes.IndexByte(key, '\\') >= 0 {
 		var s string
-		if json.Unmarshal(quoted(key), &s) != nil {
+		if json.Unmarshal(quoted, &s) != nil {
 			return false, false
 		}
 		return s == name, strings.EqualFold(s, name)
 	}
 	return string(key) == name, bytes.EqualFold(key, []byte(name))
-}
-
-// quoted returns a string's bytes again with their quotes.
-func quoted(key []byte) []byte {
-	b := make([]byte, 0, len(key)+2)
-	b = append(b, '"')
-	b = append(b, key...)
-	return append(b, '"')
 }
 
 // element returns the position of element tok (a decimal index) of the

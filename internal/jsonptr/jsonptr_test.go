@@ -3,12 +3,10 @@ package jsonptr
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -32,7 +30,7 @@ func TestParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := Parse(tt.in)
+			p, err := parse(t, tt.in)
 			if tt.err != "" {
 				require.ErrorContains(t, err, tt.err)
 				return
@@ -75,9 +73,9 @@ func TestFind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := Parse(tt.ptr)
+			p, err := parse(t, tt.ptr)
 			require.NoError(t, err)
-			v, err := p.Find([]byte(doc))
+			v, err := find(t, p, []byte(doc))
 			if tt.err != "" {
 				require.ErrorContains(t, err, tt.err)
 				return
@@ -96,16 +94,16 @@ func TestFindAmbiguous(t *testing.T) {
 		`{"ID": "a", "id": "b"}`,
 		`{"id": "a", "\u0069d": "b"}`,
 	} {
-		p, _ := Parse("/id")
-		_, err := p.Find([]byte(doc))
+		p, _ := parse(t, "/id")
+		_, err := find(t, p, []byte(doc))
 		require.ErrorContains(t, err, "more than one member", doc)
 	}
 	// A member differing in case alone is not the one named.
-	p, _ := Parse("/id")
-	_, err := p.Find([]byte(`{"ID": "a"}`))
+	p, _ := parse(t, "/id")
+	_, err := find(t, p, []byte(`{"ID": "a"}`))
 	require.ErrorContains(t, err, "no such member")
 	// An escaped name is compared once unescaped.
-	v, err := p.Find([]byte(`{"\u0069d": "a", "x": 1}`))
+	v, err := find(t, p, []byte(`{"\u0069d": "a", "x": 1}`))
 	require.NoError(t, err)
 	require.Equal(t, `"a"`, string(v))
 }
@@ -124,8 +122,8 @@ func TestValid(t *testing.T) {
 func TestFindDeep(t *testing.T) {
 	doc := []byte(`{"x":` + strings.Repeat("[", 9990) + strings.Repeat("]", 9990) + `,"id":"k"}`)
 	require.NoError(t, Valid(doc))
-	p, _ := Parse("/id")
-	v, err := p.Find(doc)
+	p, _ := parse(t, "/id")
+	v, err := find(t, p, doc)
 	require.NoError(t, err)
 	require.Equal(t, `"k"`, string(v))
 }
@@ -147,11 +145,11 @@ func FuzzFind(f *testing.F) {
 		f.Add([]byte(s.doc), s.ptr)
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, ptr string) {
-		p, err := Parse(ptr)
+		p, err := parse(t, ptr)
 		if err != nil {
 			return
 		}
-		v, err := p.Find(doc) // on any input: no panic, no loop
+		v, err := find(t, p, doc) // on any input: no panic, no loop
 		if Valid(doc) != nil || !utf8.Valid(doc) {
 			return // names with invalid UTF-8 are compared as sent, not as decoded
 		}
@@ -209,7 +207,7 @@ func decode(t *testing.T, b []byte) any {
 // TestFindTruncated: Find on every prefix of valid documents, under
 // pointers that reach into them, neither panics nor loops (the promise
 // FuzzFind checks on random input, here on the inputs that end at each
-// byte), and finds nothing in the empty prefix.
+// byte; find bounds each call), and finds nothing in the empty prefix.
 func TestFindTruncated(t *testing.T) {
 	docs := []string{
 		`{"id":"evt_1","data":{"a":[1,2,{"b":null}],"s":"x\"y"},"n":-1.5e3}`,
@@ -217,28 +215,17 @@ func TestFindTruncated(t *testing.T) {
 		` { "a" : { "b" : [ 10 , 20 ] } } `,
 	}
 	ptrs := []string{"", "/id", "/data/a/2/b", "/data/s", "/n", "/1/1/k/1", "/2", "/a/b/1", "/zz"}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for _, doc := range docs {
-			for _, ptr := range ptrs {
-				p, err := Parse(ptr)
-				if err != nil {
-					panic(err)
-				}
-				for n := 0; n <= len(doc); n++ {
-					v, err := p.Find([]byte(doc[:n]))
-					if n == 0 && (err == nil || v != nil) {
-						panic(fmt.Sprintf("Find(%q) on nothing = %q, %v", ptr, v, err))
-					}
+	for _, doc := range docs {
+		for _, ptr := range ptrs {
+			p, err := parse(t, ptr)
+			require.NoError(t, err)
+			for n := 0; n <= len(doc); n++ {
+				v, err := find(t, p, []byte(doc[:n]))
+				if n == 0 && (err == nil || v != nil) {
+					t.Fatalf("Find(%q) on nothing = %q, %v", ptr, v, err)
 				}
 			}
 		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second): // a few thousand walks of short documents: far beyond what it takes
-		t.Fatal("Find loops on a truncated document")
 	}
 }
 
@@ -250,9 +237,9 @@ func TestFindErrorPaths(t *testing.T) {
 		{`{"a":{"":{"x":1}}}`, "/a//b/c", "/a//b: no such member"},
 		{`{"a":[1]}`, "/a/1/c", "/a/1"},
 	} {
-		p, err := Parse(tc.ptr)
+		p, err := parse(t, tc.ptr)
 		require.NoError(t, err)
-		_, err = p.Find([]byte(tc.doc))
+		_, err = find(t, p, []byte(tc.doc))
 		require.ErrorContains(t, err, tc.err, "%s in %s", tc.ptr, tc.doc)
 	}
 }
