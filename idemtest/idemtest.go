@@ -239,12 +239,12 @@ func claimConcurrent(c *checker) {
 	won := 0
 	for range n {
 		r := <-out
-		switch {
-		case r.err != nil:
+		if r.err != nil {
 			c.fail("Claim: %v", r.err)
-		case r.res.Status == idemstore.ClaimOK:
+		}
+		if r.res.Status == idemstore.ClaimOK {
 			won++
-		case r.res.Status != idemstore.ClaimBusy:
+		} else if r.res.Status != idemstore.ClaimBusy {
 			c.fail("Claim: status %v, want claimed or busy", r.res.Status)
 		}
 	}
