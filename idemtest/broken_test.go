@@ -307,25 +307,26 @@ func (s doubleLease) Claim(ctx context.Context, id string, c idemstore.ClaimRequ
 	return s.MemoryStore.Claim(ctx, id, c)
 }
 
-// milliseconds is a correct store that keeps time to the millisecond, as
-// Redis does: a TTL read back, or a wait, is rounded up to the millisecond,
-// so that right after a write it is exactly what was asked.
-type milliseconds struct{ *MemoryStore }
+// coarseClock is a correct store that keeps time to a tenth of a second: a
+// TTL read back, or a wait, is rounded up to the tenth, so that right after
+// a write it is exactly what was asked (the checks ask for whole tenths).
+type coarseClock struct{ *MemoryStore }
 
-func ceilMS(d time.Duration) time.Duration {
-	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+func ceilTenth(d time.Duration) time.Duration {
+	const tenth = 100 * time.Millisecond
+	return (d + tenth - 1).Truncate(tenth)
 }
 
-func (s milliseconds) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+func (s coarseClock) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	res, err := s.MemoryStore.Claim(ctx, id, c)
-	res.RetryAfter = ceilMS(res.RetryAfter)
+	res.RetryAfter = ceilTenth(res.RetryAfter)
 	return res, err
 }
 
-func (s milliseconds) Read(ctx context.Context, id string) (*idemstore.Record, error) {
+func (s coarseClock) Read(ctx context.Context, id string) (*idemstore.Record, error) {
 	r, err := s.MemoryStore.Read(ctx, id)
 	if r != nil {
-		r.TTL, r.LeaseTTL = ceilMS(r.TTL), ceilMS(r.LeaseTTL)
+		r.TTL, r.LeaseTTL = ceilTenth(r.TTL), ceilTenth(r.LeaseTTL)
 	}
 	return r, err
 }

@@ -101,7 +101,7 @@ func brokenStores() []broken {
 		{name: "FrozenClock", new: func() (idemstore.Store, func(time.Duration)) { return NewMemoryStore(), func(time.Duration) {} },
 			fail: []string{"CompleteByStaleOwner", "TakeoverAfterLeaseExpiry"}},
 		// Correct stores: every check passes, or skips.
-		{name: "Milliseconds", new: mem(func(m *MemoryStore) idemstore.Store { return milliseconds{m} })},
+		{name: "CoarseClock", new: mem(func(m *MemoryStore) idemstore.Store { return coarseClock{m} })},
 		{name: "WriteOnly", new: mem(func(m *MemoryStore) idemstore.Store { return writeOnly{m} }),
 			skip: []string{"ClaimKeyedFingerprints", "CompleteAndReplay", "ReadAbsent", "TTLs", "WritesKeepTTL"}},
 	}
