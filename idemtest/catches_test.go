@@ -87,8 +87,12 @@ func brokenStores() []broken {
 			fail: []string{"WritesKeepTTL"}},
 		{name: "DoubleLease", new: mem(func(m *MemoryStore) idemstore.Store { return doubleLease{m} }),
 			fail: []string{"ClaimBusy", "CompleteByStaleOwner", "TakeoverAfterLeaseExpiry", "TTLs"}},
-		{name: "NoExpiry", new: fix(func(r *idemstore.Record) { r.TTL = 0 }),
-			fail: []string{"TTLs", "WritesKeepTTL"}},
+		// UnfinishedNeverExpire: a claim that writes its record without a TTL.
+		{name: "UnfinishedNeverExpire", new: fix(func(r *idemstore.Record) {
+			if r.State == idemstore.StateInProgress {
+				r.TTL = 0
+			}
+		}), fail: []string{"TTLs", "WritesKeepTTL"}},
 		{name: "NoLeaseSeen", new: fix(func(r *idemstore.Record) { r.LeaseTTL = 0 }),
 			fail: []string{"TTLs"}},
 		{name: "HourRecords", new: fix(func(r *idemstore.Record) { r.TTL = time.Hour }),
