@@ -121,6 +121,17 @@ func (c *checker) read(id string) *idemstore.Record {
 	return r
 }
 
+// stored reads back a record that must exist, and fails the check when it
+// does not.
+func (c *checker) stored(id string) *idemstore.Record {
+	c.Helper()
+	r := c.read(id)
+	if r == nil {
+		c.fail("Read: no record, want the one written")
+	}
+	return r
+}
+
 var checks = []struct {
 	name, contract string
 	run            func(c *checker)
@@ -206,7 +217,7 @@ func claimKeyedFingerprints(c *checker) {
 	c.claim(moved, c.req(first, "k1.MAC1"), idemstore.ClaimOK)
 	c.noErr("Release", c.s.Release(c.Context(), moved, first))
 	c.claim(moved, keyed("k2.MAC2", "k1.MAC1"), idemstore.ClaimOK)
-	if r := c.read(moved); r.Fingerprint != "k2.MAC2" {
+	if r := c.stored(moved); r.Fingerprint != "k2.MAC2" {
 		c.fail("fingerprint after a takeover with a new current key: %q, want k2.MAC2", r.Fingerprint)
 	}
 }
@@ -228,12 +239,12 @@ func claimConcurrent(c *checker) {
 	won := 0
 	for range n {
 		r := <-out
-		switch {
-		case r.err != nil:
+		if r.err != nil {
 			c.fail("Claim: %v", r.err)
-		case r.res.Status == idemstore.ClaimOK:
+		}
+		if r.res.Status == idemstore.ClaimOK {
 			won++
-		case r.res.Status != idemstore.ClaimBusy:
+		} else if r.res.Status != idemstore.ClaimBusy {
 			c.fail("Claim: status %v, want claimed or busy", r.res.Status)
 		}
 	}
@@ -250,7 +261,7 @@ func completeAndReplay(c *checker) {
 	if res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimCompleted); string(res.Payload) != string(payload) {
 		c.fail("replay payload %q, want %q", res.Payload, payload)
 	}
-	if r := c.read(id); r == nil || r.State != idemstore.StateCompleted || r.LeaseTTL != 0 {
+	if r := c.stored(id); r.State != idemstore.StateCompleted || r.LeaseTTL != 0 {
 		c.fail("Read after complete: %+v, want COMPLETED without a lease", r)
 	}
 }
@@ -367,12 +378,12 @@ func ttls(c *checker) {
 	id, owner := newID(), newToken()
 	r := c.req(owner, "fp")
 	c.claim(id, r, idemstore.ClaimOK)
-	rec := c.read(id)
+	rec := c.stored(id)
 	if rec.TTL <= 0 || rec.TTL > r.TTL || rec.LeaseTTL <= 0 || rec.LeaseTTL > c.lease {
 		c.fail("in progress: TTL %v (want in (0, %v]), lease TTL %v (want in (0, %v])", rec.TTL, r.TTL, rec.LeaseTTL, c.lease)
 	}
 	c.noErr("Complete", c.s.Complete(c.Context(), id, owner, []byte("x"), 2*time.Hour))
-	if rec = c.read(id); rec.TTL <= time.Hour || rec.TTL > 2*time.Hour {
+	if rec = c.stored(id); rec.TTL <= time.Hour || rec.TTL > 2*time.Hour {
 		c.fail("completed: TTL %v, want the retention, 2h", rec.TTL)
 	}
 }
@@ -382,11 +393,11 @@ func writesKeepTTL(c *checker) {
 	r := c.req(owner, "fp")
 	r.TTL = 10 * time.Hour
 	c.claim(id, r, idemstore.ClaimOK)
-	first := c.read(id).TTL
+	first := c.stored(id).TTL
 	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, owner, "a", []byte("1")))
-	afterCheckpoint := c.read(id).TTL
+	afterCheckpoint := c.stored(id).TTL
 	c.noErr("Release", c.s.Release(c.Context(), id, owner))
-	afterRelease := c.read(id).TTL
+	afterRelease := c.stored(id).TTL
 	for _, ttl := range []time.Duration{afterCheckpoint, afterRelease} {
 		if ttl <= 0 || ttl > first || ttl < first-time.Minute {
 			c.fail("TTL %v after a write, want the claim's %v, kept", ttl, first)

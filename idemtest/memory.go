@@ -97,12 +97,14 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, c idemstore.ClaimReq
 	case r == nil:
 		r = &memRecord{fence: 1, created: now.Truncate(time.Second)}
 		s.records[id] = r
-	case r.fp != c.Fingerprint && c.MatchFingerprint(r.fp) != idemstore.ClaimOK:
+	case c.MatchFingerprint(r.fp) != idemstore.ClaimOK:
 		return idemstore.ClaimResult{Status: c.MatchFingerprint(r.fp), Fence: r.fence}, nil
 	case r.completed:
 		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Fence: r.fence, Payload: clone(r.payload)}, nil
-	case r.owner == c.Owner && (!held || l.owner == c.Owner):
-		// A re-sent claim: renew the lease, keep the record as it is.
+	case r.owner == c.Owner:
+		// A re-sent claim: renew the lease, keep the record as it is. A
+		// lease, when there is one, is always the record's owner's: only a
+		// claim sets both, and a record is created only when no lease is held.
 		s.leases[id] = memLease{owner: c.Owner, expires: now.Add(c.Lease)}
 		return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: r.fence, Checkpoints: cloneMap(r.checkpoints)}, nil
 	case held:
@@ -155,10 +157,10 @@ func (s *MemoryStore) Complete(ctx context.Context, id, owner string, payload []
 	now := s.lock()
 	defer s.mu.Unlock()
 	r := s.records[id]
-	switch {
-	case r == nil || r.owner != owner:
+	if r == nil || r.owner != owner {
 		return idem.ErrLeaseLost
-	case r.completed:
+	}
+	if r.completed {
 		return nil // a re-sent complete
 	}
 	r.completed, r.payload, r.checkpoints, r.expires = true, clone(payload), nil, now.Add(retention)
