@@ -130,17 +130,14 @@ type backoff struct {
 }
 
 // jittered returns the wait before retry n (1 for the first retry), given a
-// uniform random source over [0, n).
+// uniform random source over [0, n): a draw below min(limit, base·2ⁿ⁻¹).
+// base·2ⁿ⁻¹ is at most limit exactly when base is at most limit>>(n-1), and
+// then the shift does not overflow.
 func (b backoff) jittered(retry int, rnd func(n int64) int64) time.Duration {
-	ceil := b.base
-	for i := 1; i < retry && ceil < b.limit; i++ {
-		if ceil > b.limit/2 {
-			ceil = b.limit
-			break
-		}
-		ceil *= 2
+	ceil := b.limit
+	if s := retry - 1; b.base <= b.limit>>s {
+		ceil = b.base << s
 	}
-	ceil = min(ceil, b.limit)
 	if ceil <= 0 {
 		return 0
 	}

@@ -3,7 +3,6 @@ package rpcidem
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,6 +31,40 @@ func TestOpKey(t *testing.T) {
 	require.Len(t, long, 4+43)
 }
 
+// TestOpKeyLength: the readable form is kept up to 255 bytes, the longest
+// key idem.Do takes, and hashed from 256 on; a full method longer than
+// scope and key together is written out like any other.
+func TestOpKeyLength(t *testing.T) {
+	const prefix = "rpc:0::2:/m:" // 12 bytes
+	at := OpKey("", "/m", strings.Repeat("k", 255-len(prefix)))
+	require.Equal(t, prefix+strings.Repeat("k", 255-len(prefix)), at)
+	over := OpKey("", "/m", strings.Repeat("k", 256-len(prefix)))
+	require.True(t, strings.HasPrefix(over, "rpc#"), over)
+
+	method := "/payments.v1.PaymentService/CreateCharge"
+	require.Equal(t, "rpc:0::40:"+method+":k", OpKey("", method, "k"))
+	require.Equal(t, "rpc:1:t:40:"+method+":", OpKey("t", method, ""))
+}
+
+// TestReadKey: no value is no key, one value is the key, and a key header
+// sent twice is an invalid key naming the header.
+func TestReadKey(t *testing.T) {
+	key, found, err := ReadKey(nil, "idempotency-key")
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Empty(t, key)
+
+	key, found, err = ReadKey([]string{"k-1"}, "idempotency-key")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "k-1", key)
+
+	_, found, err = ReadKey([]string{"k-1", "k-2"}, "x-key")
+	require.ErrorIs(t, err, idem.ErrInvalidKey)
+	require.ErrorContains(t, err, "x-key sent 2 times")
+	require.False(t, found)
+}
+
 func TestParseKey(t *testing.T) {
 	for _, tc := range []struct {
 		in, want string
@@ -58,17 +91,6 @@ func TestParseKey(t *testing.T) {
 		require.True(t, found)
 		require.Equal(t, tc.want, got)
 	}
-}
-
-func TestBackoff(t *testing.T) {
-	b := backoff{base: 100 * time.Millisecond, limit: time.Second}
-	top := func(n int64) int64 { return n - 1 }
-	for retry, want := range map[int]time.Duration{1: 100, 2: 200, 3: 400, 4: 800, 5: 1000, 100: 1000} {
-		require.Equal(t, want*time.Millisecond-1, b.jittered(retry, top), "retry %d", retry)
-	}
-	huge := backoff{base: time.Hour, limit: 1<<63 - 1}
-	require.Positive(t, huge.jittered(70, top))
-	require.Zero(t, b.jittered(3, func(int64) int64 { return 0 }))
 }
 
 func TestAttemptContext(t *testing.T) {
