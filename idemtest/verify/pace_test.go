@@ -65,3 +65,23 @@ func TestWorkloadRate(t *testing.T) {
 	require.Positive(t, w.Calls())
 	t.Logf("%d calls in %v at -rate %d", w.Calls(), elapsed, rate)
 }
+
+// TestPacerSlots: the slots are 1s/rate apart, rounded up to the
+// nanosecond; a burst of n takes n consecutive slots and starts at the
+// last; a slot in the past is not given out.
+func TestPacerSlots(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	var p pacer
+	require.Equal(t, t0, p.reserve(t0, 1000, 1), "the first call starts at once")
+	require.Equal(t, t0.Add(time.Millisecond), p.reserve(t0, 1000, 1))
+	require.Equal(t, t0.Add(4*time.Millisecond), p.reserve(t0, 1000, 3), "slots 2, 3 and 4 ms")
+	require.Equal(t, t0.Add(5*time.Millisecond), p.reserve(t0.Add(time.Millisecond), 1000, 1))
+	later := t0.Add(time.Second)
+	require.Equal(t, later, p.reserve(later, 1000, 1), "time lost is not made up")
+	require.Equal(t, later.Add(2*time.Millisecond), p.reserve(later, 1000, 2))
+
+	var q pacer
+	q.reserve(t0, 3, 1)
+	require.Equal(t, t0.Add(333_333_334), q.reserve(t0, 3, 1), "1s/3 rounded up")
+	require.Equal(t, t0.Add(time.Second+2), q.reserve(t0, 3, 2))
+}
