@@ -82,7 +82,10 @@ func TestSchemaErrors(t *testing.T) {
 // second is rounded down (TestSweep: younger outcomes stay).
 func TestSweepSecond(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d database) {
-		ctx := context.Background()
+		// Sweep's loop ends with ctx: a Sweep that does not stop after
+		// its last batch fails the test instead of hanging it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		insertOutcomes(t, d, "old", 3, 2*time.Second)
 		n, err := idemsql.Sweep(ctx, d.db, time.Second+999*time.Millisecond)
 		require.NoError(t, err)
