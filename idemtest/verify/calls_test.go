@@ -1,3 +1,6 @@
+// The workload's parts, one by one. This file sorts first so that TestPad,
+// which bounds its wait, runs before any test that pads results in a run.
+
 package verify
 
 import (
