@@ -39,7 +39,8 @@ func TestCreateTable(t *testing.T) {
 // keeps the younger ones.
 func TestSweep(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d database) {
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // Sweep ends with ctx
+		defer cancel()
 		const old = 2*idemsql.SweepBatch + 17 // three batches, the last one short
 		insertOutcomes(t, d, "old", old, 3*24*time.Hour)
 		insertOutcomes(t, d, "new", 5, time.Hour)

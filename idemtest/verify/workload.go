@@ -123,19 +123,11 @@ func (w *Workload) step(ctx context.Context, rnd *rand.Rand, h *History, s *Sink
 	}
 	key, req := w.pick(rnd)
 	var wg sync.WaitGroup
-	for j := range n {
-		g := w.Guards[rnd.IntN(len(w.Guards))]
-		seed := rnd.Uint64()
-		if j == n-1 {
-			w.call(ctx, g, h, s, key, req, seed, false)
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.call(ctx, g, h, s, key, req, seed, false)
-		}()
+	for range n - 1 {
+		g, seed := w.Guards[rnd.IntN(len(w.Guards))], rnd.Uint64()
+		wg.Go(func() { w.call(ctx, g, h, s, key, req, seed, false) })
 	}
+	w.call(ctx, w.Guards[rnd.IntN(len(w.Guards))], h, s, key, req, rnd.Uint64(), false)
 	wg.Wait()
 }
 
@@ -144,15 +136,12 @@ func (w *Workload) pace(ctx context.Context, n int) bool {
 	if w.Rate <= 0 {
 		return ctx.Err() == nil
 	}
-	now := time.Now()
-	if d := w.pacer.reserve(now, w.Rate, n).Sub(now); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false
-		}
+	t := time.NewTimer(time.Until(w.pacer.reserve(time.Now(), w.Rate, n)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return false
 	}
 	return ctx.Err() == nil
 }
@@ -249,9 +238,9 @@ func (w *Workload) fn(ctx context.Context, rnd *rand.Rand, op *Op, s *Sink, key 
 	if w.OnRun != nil {
 		w.OnRun(ctx, key, a)
 	}
-	if d := time.Duration(rnd.Int64N(int64(w.Work) + 1)); d > 0 {
-		time.Sleep(d) // the function's own work, which ignores ctx as a side effect under way would
-	}
+	// The function's own work, which ignores ctx as a side effect under
+	// way would.
+	time.Sleep(time.Duration(rnd.Int64N(int64(w.Work) + 1)))
 	if a == nil || fence > 1 {
 		if v, ok := s.Lookup(key, fence); ok {
 			return w.pad(v), nil
@@ -275,7 +264,6 @@ func (w *Workload) fn(ctx context.Context, rnd *rand.Rand, op *Op, s *Sink, key 
 // results must hold every byte of it, as of a real result).
 func (w *Workload) pad(v string) string {
 	var b strings.Builder
-	b.Grow(max(w.Payload, len(v)+1))
 	b.WriteString(v)
 	b.WriteByte('|')
 	sum := sha256.Sum256([]byte(v))

@@ -28,8 +28,9 @@ func miniGuards(t *testing.T, n int, opts ...idem.Option) (*miniredis.Miniredis,
 }
 
 // runFor runs w for the given number of calls (not a duration: a count is
-// what the test needs) and then probes.
-func runFor(t *testing.T, w *Workload, calls int64, between func(h *History)) *Report {
+// what the test needs) and then probes; a run that stops making calls
+// fails.
+func runFor(t *testing.T, w *Workload, calls int64, between func(h *History)) (*Report, *History, *Sink) {
 	t.Helper()
 	h := NewHistory()
 	s := NewSink(h)
@@ -39,26 +40,76 @@ func runFor(t *testing.T, w *Workload, calls int64, between func(h *History)) *R
 		defer close(done)
 		w.Run(ctx, h, s)
 	}()
-	for w.Calls() < calls/2 {
-		time.Sleep(time.Millisecond)
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// A run that stops making calls fails within stall.
+	const stall = 10 * time.Second
+	waitCalls := func(n int64) {
+		last, since := w.Calls(), time.Now()
+		for w.Calls() < n {
+			if c := w.Calls(); c != last {
+				last, since = c, time.Now()
+			} else if time.Since(since) > stall {
+				t.Fatalf("no call for %v: %d calls, want %d", stall, c, n)
+			}
+			select {
+			case <-done:
+				t.Fatalf("Run returned after %d calls, want %d", w.Calls(), n)
+			case <-time.After(time.Millisecond): // polls a counter: nothing to wait on
+			}
+		}
 	}
+	waitCalls(calls / 2)
 	if between != nil {
 		between(h)
 	}
-	for w.Calls() < calls {
-		time.Sleep(time.Millisecond)
-	}
+	waitCalls(calls)
 	cancel()
 	<-done
 	w.Probe(context.Background(), w.Guards[0], h, s)
-	return Check(h)
+	return Check(h), h, s
+}
+
+// requireSound checks what a run on a sound server shows beyond the
+// invariants: every call went through its key's entry point, handed out the
+// value of the effect the sink accepted for its key, and was probed; one
+// call in 50 or so carried another request.
+func requireSound(t *testing.T, w *Workload, h *History, s *Sink) {
+	t.Helper()
+	calls, _, _ := h.snapshot()
+	used, probed := map[string]bool{}, map[string]bool{}
+	other := 0
+	for _, c := range calls {
+		require.Equal(t, w.viaOf(c.Key).String(), c.Via)
+		if c.Kind == KindOK && c.Via != ViaOnce.String() { // Once hands out no value
+			v, ok := s.Lookup(c.Key, 0)
+			require.True(t, ok, c.Key)
+			require.Equal(t, v, c.Result)
+		}
+		if c.Probe {
+			probed[c.Key] = true
+			continue
+		}
+		used[c.Key] = true
+		if c.Request != "pay" {
+			require.Equal(t, "other", c.Request)
+			other++
+		}
+	}
+	require.Equal(t, used, probed, "every key used is probed")
+	require.Len(t, used, min(w.KeysUsed(), w.Keys), "KeysUsed counts past Keys when clients race for the last key")
+	require.Positive(t, other)
+	require.Less(t, other, len(calls)/10)
 }
 
 func TestWorkloadClean(t *testing.T) {
 	_, gs := miniGuards(t, 3, idem.WithWait(time.Second))
 	w := &Workload{Guards: gs, Workers: 8, Keys: 200, KeyPrefix: "k", Payload: 100, Seed: 1}
-	r := runFor(t, w, 2000, nil)
+	r, h, s := runFor(t, w, 2000, nil)
 	require.True(t, r.OK(), "%v", r.Violations)
+	requireSound(t, w, h, s)
 	require.GreaterOrEqual(t, r.Operations, 2000)
 	require.Equal(t, 200, r.Probes)
 	require.Positive(t, r.Ran)
@@ -72,7 +123,7 @@ func TestWorkloadClean(t *testing.T) {
 func TestWorkloadCatchesDataLoss(t *testing.T) {
 	m, gs := miniGuards(t, 2, idem.WithWait(time.Second))
 	w := &Workload{Guards: gs, Workers: 8, Keys: 50, KeyPrefix: "k", Seed: 2}
-	r := runFor(t, w, 3000, func(h *History) {
+	r, _, _ := runFor(t, w, 3000, func(h *History) {
 		h.AddFault(Fault{Name: "FLUSHALL", Limit: LimitRestart, Start: h.Now(), End: -1})
 		m.FlushAll()
 	})
@@ -92,8 +143,9 @@ func TestWorkloadVia(t *testing.T) {
 			t.Parallel()
 			_, gs := miniGuards(t, 2, idem.WithWait(time.Second), idem.WithObserver(Observer()))
 			w := &Workload{Guards: gs, Workers: 8, Keys: 100, KeyPrefix: "k", Payload: 100, Seed: 3, Via: via}
-			r := runFor(t, w, 1000, nil)
+			r, h, s := runFor(t, w, 1000, nil)
 			require.True(t, r.OK(), "%v", r.Violations)
+			requireSound(t, w, h, s)
 			require.Equal(t, 100, r.Probes)
 			require.Positive(t, r.Effects)
 			require.Less(t, r.Ran, r.Operations-r.Probes, "repeats replay")
@@ -101,7 +153,7 @@ func TestWorkloadVia(t *testing.T) {
 
 			m, gs := miniGuards(t, 2, idem.WithWait(time.Second), idem.WithObserver(Observer()))
 			w = &Workload{Guards: gs, Workers: 8, Keys: 50, KeyPrefix: "k", Seed: 4, Via: via}
-			r = runFor(t, w, 1200, func(h *History) {
+			r, _, _ = runFor(t, w, 1200, func(h *History) {
 				h.AddFault(Fault{Name: "FLUSHALL", Limit: LimitRestart, Start: h.Now(), End: -1})
 				m.FlushAll()
 			})
