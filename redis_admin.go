@@ -183,10 +183,10 @@ func (s *RedisStore) Forget(ctx context.Context, id string, force bool) (bool, e
 	switch {
 	case err != nil:
 		return false, err
-	case len(v) != 2:
-		return false, fmt.Errorf("idem: unexpected forget reply %v", v)
-	case v[0] < 0:
+	case len(v) == 2 && v[0] == -1:
 		return false, &InProgressError{RetryAfter: time.Duration(max(v[1], 0)) * time.Millisecond}
+	case len(v) != 1 || v[0] < 0:
+		return false, fmt.Errorf("idem: unexpected forget reply %v", v)
 	}
 	return v[0] > 0, ackErr
 }

@@ -110,7 +110,7 @@ if owner == ARGV[1] then
 end
 local ttl = redis.call('PTTL', KEYS[2])
 if ttl > 0 or ttl == -1 then
-  if ttl < 0 then ttl = tonumber(ARGV[3]) end
+  if ttl == -1 then ttl = tonumber(ARGV[3]) end
   return {3, ttl}
 end
 -- The lease is gone, or in its last millisecond (PTTL 0): its holder gave

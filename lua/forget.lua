@@ -8,7 +8,7 @@
 -- Publishes on the channel KEYS[1]..":n" (SPUBLISH) when it deletes anything, so that
 -- waiters claim the key at once; a refused publish (see complete.lua) changes nothing.
 --
--- Returns {n, 0}     n keys deleted: 0 when there was nothing, 1 or 2 otherwise
+-- Returns {n}        n keys deleted: 0 when there was nothing, 1 or 2 otherwise
 --         {-1, pttl} refused: a live lease holds the operation for pttl more
 --                    milliseconds (-1: a lease without a TTL, which idem never writes)
 local ttl = redis.call('PTTL', KEYS[2])
@@ -19,4 +19,4 @@ local n = redis.call('DEL', KEYS[1], KEYS[2])
 if n > 0 and redis.REDIS_VERSION_NUM then
   redis.pcall('SPUBLISH', KEYS[1] .. ':n', '1')
 end
-return {n, 0}
+return {n}

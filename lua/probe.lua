@@ -13,11 +13,12 @@ local function refused(...)
     return r.err
   end
 end
+local ttl = 10000
 local calls = {
-  {'SET', KEYS[1], ARGV[1], 'PX', 10000},
+  {'SET', KEYS[1], ARGV[1], 'PX', ttl},
   {'GET', KEYS[1]},
   {'PTTL', KEYS[1]},
-  {'PEXPIRE', KEYS[1], 10000},
+  {'PEXPIRE', KEYS[1], ttl},
   {'DEL', KEYS[1]},
 }
 for _, c in ipairs(calls) do
