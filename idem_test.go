@@ -464,6 +464,14 @@ func TestBadInput(t *testing.T) {
 		return 0, a.Checkpoint(ctx, "", nil)
 	})
 	require.ErrorContains(t, err, "checkpoint name")
+	// A name of 1 to 255 bytes is accepted, a longer one refused.
+	_, err = idem.Do(ctx, g, "cp-long", nil, func(ctx context.Context, a *idem.Attempt) (int, error) {
+		if err := a.Checkpoint(ctx, strings.Repeat("n", 255), []byte("1")); err != nil {
+			return 0, err
+		}
+		return 0, a.Checkpoint(ctx, strings.Repeat("n", 256), []byte("1"))
+	})
+	require.ErrorContains(t, err, "checkpoint name must be 1 to 255 bytes, got 256")
 }
 
 func TestOnce(t *testing.T) {
