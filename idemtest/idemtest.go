@@ -239,12 +239,12 @@ func claimConcurrent(c *checker) {
 	won := 0
 	for range n {
 		r := <-out
-		if r.err != nil {
+		switch {
+		case r.err != nil:
 			c.fail("Claim: %v", r.err)
-		}
-		if r.res.Status == idemstore.ClaimOK {
+		case r.res.Status == idemstore.ClaimOK:
 			won++
-		} else if r.res.Status != idemstore.ClaimBusy {
+		case r.res.Status != idemstore.ClaimBusy:
 			c.fail("Claim: status %v, want claimed or busy", r.res.Status)
 		}
 	}
