@@ -21,5 +21,6 @@ func (p *process) reap(block bool) bool          { return true }
 func (p *process) pause() error                  { return errUnsupported }
 func (p *process) resume() error                 { return errUnsupported }
 func (p *process) kill()                         {}
+func (p *process) is(pid int) bool               { return false }
 func (p *process) waitExit(d time.Duration) bool { return true }
 func alive(pid int) bool                         { return false }

@@ -61,6 +61,9 @@ func (p *process) reap(block bool) bool {
 	}
 }
 
+// is reports whether pid is the process's.
+func (p *process) is(pid int) bool { return p.pid == pid }
+
 // signal sends sig unless the process has exited.
 func (p *process) signal(sig syscall.Signal) error {
 	if p.reap(false) {

@@ -198,7 +198,7 @@ func (s *Server) launch() error {
 }
 
 // waitReady polls addr with PING (over TLS when tc is not nil) until it
-// answers PONG.
+// answers PONG, then checks that the process answering is proc.
 func waitReady(proc *process, addr string, tc *tls.Config, logPath string) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -211,7 +211,7 @@ func waitReady(proc *process, addr string, tc *tls.Config, logPath string) error
 		}
 		reply, err := send(addr, tc, probeTimeout, "PING")
 		if err == nil && reply == "PONG" {
-			return nil
+			return checkOwner(proc, addr, tc)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redistest: redis-server on %s not ready after %v (last: %v):\n%s",
@@ -219,6 +219,33 @@ func waitReady(proc *process, addr string, tc *tls.Config, logPath string) error
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// checkOwner asks the server on addr for its process id: when another
+// process took the port between freePorts and the bind, that process
+// answered PING, and proc is about to exit.
+func checkOwner(proc *process, addr string, tc *tls.Config) error {
+	info, err := send(addr, tc, probeTimeout, "INFO", "server")
+	if err != nil {
+		return fmt.Errorf("redistest: INFO on %s: %w", addr, err)
+	}
+	if pid, ok := infoField(info, "process_id"); !ok || !proc.is(pid) {
+		proc.kill()
+		return errAddrInUse
+	}
+	return nil
+}
+
+// infoField returns an integer field of an INFO reply.
+func infoField(info, name string) (int, bool) {
+	for line := range strings.Lines(info) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == name {
+			n, err := strconv.Atoi(v)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // readLog returns the tail of a server log, for error messages.

@@ -118,6 +118,22 @@ func TestServerStopRestartKill(t *testing.T) {
 	require.ErrorIs(t, c.Get(ctx, "k").Err(), redis.Nil, "Kill loses the data")
 }
 
+// TestLaunchOnTakenPort: a server whose port another process holds is not
+// taken for started because that other process answers PING. (Packages run
+// in parallel, and the port chosen can be taken before redis-server binds it.)
+func TestLaunchOnTakenPort(t *testing.T) {
+	other := Start(t)
+	path := lookPath(t, "redis-server", skipServer)
+	for range 5 {
+		s := &Server{path: path, dir: t.TempDir(), port: other.Port()}
+		err := s.launch()
+		if err == nil {
+			s.stopNow()
+		}
+		require.ErrorIs(t, err, errAddrInUse)
+	}
+}
+
 func TestServerPause(t *testing.T) {
 	ctx := context.Background()
 	s := Start(t)
