@@ -265,3 +265,54 @@ func TestSlowReleaseIsBounded(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.Less(t, time.Since(start), 10*300*time.Millisecond, "generous: ten write timeouts, far below the ReadTimeout and the delay")
 }
+
+// TestHolderCutOff: once the holder's commands stop reaching Redis (the
+// proxy holds back every byte it sends), none of its renewals lands, and its
+// lease ends in Redis a lease after its claim arrived. The holder measures
+// that lease from when it sent the claim, less a tenth against clock drift:
+// fn is cancelled with ErrLeaseLost before the waiter, which takes the key
+// over as soon as Redis lets it, starts fn.
+func TestHolderCutOff(t *testing.T) {
+	t.Parallel()
+	const lease = 1500 * time.Millisecond // a margin of 150ms
+	for _, mode := range clientModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			r := newSlowRig(t)
+			holder := r.slow(t, mode, WithLease(lease), WithWriteTimeout(300*time.Millisecond))
+			waiter, _ := r.direct(t, WithLease(lease), WithWait(10*time.Second))
+			ctx := context.Background()
+			var holderEnd, waiterStart time.Time
+			var holderErr error
+			running, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				_, holderErr = Do(ctx, holder, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+					r.proxy.SetDelay(time.Minute, 0) // from now on nothing the holder sends arrives
+					close(running)
+					select {
+					case <-ctx.Done():
+					case <-time.After(10 * lease): // a hang guard
+					}
+					holderEnd = time.Now()
+					return "holder", context.Cause(ctx)
+				})
+			}()
+			select {
+			case <-running:
+			case <-done:
+				t.Fatalf("the holder's fn did not run: %v", holderErr)
+			}
+			v, err := Do(ctx, waiter, "k", faultReq{}, func(context.Context, *Attempt) (string, error) {
+				waiterStart = time.Now()
+				return "waiter", nil
+			})
+			<-done
+			require.NoError(t, err)
+			require.Equal(t, "waiter", v, "the waiter took the key over")
+			require.ErrorIs(t, holderErr, ErrLeaseLost)
+			require.True(t, holderEnd.Before(waiterStart), "the holder's fn ran %v after the waiter's started", holderEnd.Sub(waiterStart))
+			r.proxy.Close() // nobody waits for the held-back bytes
+		})
+	}
+}
