@@ -38,8 +38,8 @@ func requestFingerprint(req any) (string, error) {
 		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
 	}
 	b := e.buf.Bytes()
-	b = b[:len(b)-1] // Encode's newline: the rest is json.Marshal's output
-	if len(b) > 0 && (b[0] == '{' || b[0] == '[') {
+	b = b[:len(b)-1] // Encode's newline: the rest is json.Marshal's output, never empty
+	if b[0] == '{' || b[0] == '[' {
 		// Structs marshal in field order, maps in key order: canonicalise
 		// so that equal JSON documents fingerprint equally, also across a
 		// deploy that reorders a struct's fields.
