@@ -321,7 +321,11 @@ func TestTransportGivesUp(t *testing.T) {
 			_, err := tr.RoundTrip(postRequest(t, ctx, "x"))
 			done <- err
 		}()
-		<-sleeping
+		select {
+		case <-sleeping:
+		case err := <-done:
+			t.Fatalf("RoundTrip returned without waiting for the Retry-After: %v", err)
+		}
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
 		require.Len(t, base.keys, 1)
