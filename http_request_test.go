@@ -3,6 +3,7 @@ package idem
 import (
 	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,6 +42,7 @@ func TestReadBody(t *testing.T) {
 		{name: "unknown length", body: strings.NewReader(strings.Repeat("x", 3000)), length: -1, max: 5000, want: strings.Repeat("x", 3000)},
 		{name: "unknown length, EOF with the data", body: &eofReader{[]byte("hello")}, length: -1, max: 10, want: "hello"},
 		{name: "unknown length, at the limit", body: strings.NewReader("hello"), length: -1, max: 5, want: "hello"},
+		{name: "unknown length, the largest limit", body: strings.NewReader("hello"), length: -1, max: math.MaxInt64, want: "hello"},
 		{name: "unknown length, past the limit", body: strings.NewReader("hello!"), length: -1, max: 5, status: 413},
 		{name: "unknown length, broken", body: io.MultiReader(strings.NewReader("he"), iotest.ErrReader(io.ErrUnexpectedEOF)), length: -1, max: 5, status: 400},
 	} {
@@ -120,4 +122,33 @@ func FuzzReadBody(f *testing.F) {
 		}
 		require.LessOrEqual(t, cap(got), max(2*len(got), firstBodyRead))
 	})
+}
+
+// TestBodyReader: the body handed to the handler reads whole, once, by Read
+// or WriteTo or both, and tells the middleware when every byte is read.
+func TestBodyReader(t *testing.T) {
+	b := &bodyReader{b: []byte("hello, world")}
+	p := make([]byte, 5)
+	n, err := b.Read(p)
+	if n != 5 || err != nil || string(p) != "hello" || b.drained() {
+		t.Fatalf("Read: %d %v %q drained=%v", n, err, p[:n], b.drained())
+	}
+	var rest bytes.Buffer
+	m, err := b.WriteTo(&rest)
+	if m != 7 || err != nil || rest.String() != ", world" || !b.drained() {
+		t.Fatalf("WriteTo: %d %v %q drained=%v", m, err, rest.String(), b.drained())
+	}
+	for range 2 { // and nothing more, however asked
+		if n, err := b.Read(p); n != 0 || err != io.EOF {
+			t.Fatalf("Read at the end: %d %v", n, err)
+		}
+		if m, err := b.WriteTo(&rest); m != 0 || err != nil || rest.Len() != 7 {
+			t.Fatalf("WriteTo at the end: %d %v", m, err)
+		}
+	}
+
+	b = &bodyReader{b: []byte("hello")}
+	if n, err := b.Read(make([]byte, 5)); n != 5 || err != nil || !b.drained() {
+		t.Fatalf("Read of the whole body: %d %v drained=%v", n, err, b.drained())
+	}
 }

@@ -894,6 +894,20 @@ func TestMiddlewareResponseTooLarge(t *testing.T) {
 		require.Equal(t, http.StatusCreated, p.Status)
 		require.Contains(t, p.Detail, "Do not retry")
 		require.EqualValues(t, 2, app.runs.Load())
+
+		// A limit of zero stores the status and Location of every response
+		// and no body, for routes whose clients need no more on a retry.
+		app = newTestApp()
+		h = b.guard(t).Middleware(idem.WithMaxResponseBody(0))(app)
+		rec = serve(h, req{key: "bodiless", path: "/big?n=5"})
+		require.Equal(t, http.StatusCreated, rec.Code)
+		require.Equal(t, "xxxxx", rec.Body.String())
+		rec = serve(h, req{key: "bodiless", path: "/big?n=5"})
+		require.Equal(t, http.StatusCreated, rec.Code)
+		require.Equal(t, "true", rec.Header().Get(idem.ReplayedHeader))
+		require.Equal(t, "/big/1", rec.Header().Get("Location"))
+		require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+		require.EqualValues(t, 1, app.runs.Load())
 	})
 }
 
