@@ -66,6 +66,9 @@ var (
 	benchResp = []byte(`{"id":"pay_9f8e7d6c","amount":1000,"currency":"EUR","status":"succeeded"}`)
 )
 
+// benchRespString is benchResp, for handlers that write strings.
+const benchRespString = `{"id":"pay_9f8e7d6c","amount":1000,"currency":"EUR","status":"succeeded"}`
+
 // benchHandler is a typical small JSON endpoint.
 var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)

@@ -82,17 +82,28 @@ func TestMiddlewareCompressedReplay(t *testing.T) {
 	})
 }
 
-// TestMiddlewareTrailers: trailers the handler declares reach the first
-// client as trailers only, as net/http sends them without the middleware.
-// They are not stored.
+// TestMiddlewareTrailers: trailers the handler declares (in a list in the
+// Trailer header, alone in it, or by http.TrailerPrefix) reach the first
+// client as trailers only, as net/http sends them without the middleware,
+// and its headers as headers. They are not stored.
 func TestMiddlewareTrailers(t *testing.T) {
+	for _, declared := range []string{"X-Checksum, X-Rows", "X-Checksum"} {
+		t.Run(declared, func(t *testing.T) { testTrailers(t, declared) })
+	}
+}
+
+func testTrailers(t *testing.T, declared string) {
+	rows := "X-Rows"
+	if !strings.Contains(declared, rows) {
+		rows = http.TrailerPrefix + rows
+	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Trailer", "X-Checksum, X-Rows")
+		w.Header().Set("Trailer", declared)
 		w.Header().Set("Content-Type", "text/plain")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "rows")
 		w.Header().Set("X-Checksum", "c0ffee")
-		w.Header().Set("X-Rows", "4")
+		w.Header().Set(rows, "4")
 		w.Header().Set(http.TrailerPrefix+"X-Late", "undeclared")
 	})
 	get := func(t *testing.T, url, key string) *http.Response {
@@ -108,6 +119,7 @@ func TestMiddlewareTrailers(t *testing.T) {
 	check := func(t *testing.T, resp *http.Response) {
 		t.Helper()
 		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.Equal(t, "text/plain", resp.Header.Get("Content-Type"), "a header stays a header")
 		for _, k := range []string{"X-Checksum", "X-Rows", "X-Late"} {
 			require.Empty(t, resp.Header.Values(k), "%s is not a header", k)
 		}

@@ -820,6 +820,15 @@ func TestMiddlewareRecorderRules(t *testing.T) {
 				w.Header().Add("Content-Location", "/a")
 				w.Header().Add("Content-Location", "/b")
 			}, 200, "", map[string]string{"Content-Location": "/a"}},
+			{"Flush commits 200, as net/http's does", func(w http.ResponseWriter, r *http.Request) {
+				_ = http.NewResponseController(w).Flush()
+				w.WriteHeader(201)
+				_, _ = io.WriteString(w, "a")
+			}, 200, "a", nil},
+			{"100 Continue is dropped too", func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(100)
+				w.WriteHeader(201)
+			}, 201, "", nil},
 		}
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -844,6 +853,66 @@ func TestMiddlewareRecorderRules(t *testing.T) {
 				}
 			})
 		}
+	})
+}
+
+// TestMiddlewareResponseInPieces: a body written in pieces, by Write or
+// WriteString, is held and replayed whole up to the limit exactly, and sent
+// as written past it.
+func TestMiddlewareResponseInPieces(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		g := b.guard(t)
+		for _, tc := range []struct {
+			name   string
+			pieces []string
+			stored bool
+		}{
+			{"Write, to the limit", []string{"abc", "defgh"}, true},
+			{"WriteString, to the limit", []string{"abc", "defgh"}, true},
+			{"Write, one byte past", []string{"abc", "defghi"}, false},
+			{"WriteString, one byte past", []string{"abc", "defghi"}, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				h := g.Middleware(idem.WithMaxResponseBody(8))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.WriteHeader(201)
+					for _, p := range tc.pieces {
+						if strings.HasPrefix(tc.name, "WriteString") {
+							_, _ = w.(io.StringWriter).WriteString(p)
+						} else {
+							_, _ = w.Write([]byte(p))
+						}
+					}
+				}))
+				want := strings.Join(tc.pieces, "")
+				rec := serve(h, req{key: tc.name})
+				require.Equal(t, 201, rec.Code)
+				require.Equal(t, want, rec.Body.String())
+				rec = serve(h, req{key: tc.name})
+				require.Equal(t, 201, rec.Code)
+				require.Equal(t, "true", rec.Header().Get(idem.ReplayedHeader))
+				if tc.stored {
+					require.Equal(t, want, rec.Body.String())
+				} else {
+					require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+				}
+			})
+		}
+	})
+}
+
+// TestMiddlewareLargestStatus: 999, the largest status net/http allows,
+// goes through (as a server error: not stored, the handler runs again).
+func TestMiddlewareLargestStatus(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		var runs atomic.Int32
+		h := b.guard(t).Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(999)
+		}))
+		for range 2 {
+			require.Equal(t, 999, serve(h, req{key: "k"}).Code)
+		}
+		require.EqualValues(t, 2, runs.Load())
 	})
 }
 
