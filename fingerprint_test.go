@@ -44,6 +44,7 @@ func TestIsJSON(t *testing.T) {
 		"application/json": true, "application/json; charset=utf-8": true, " APPLICATION/JSON ;x=y": true,
 		"application/problem+json": true, "application/vnd.api+JSON": true,
 		"": false, "text/plain": false, "application/jsonx": false, "+json": false, "application/x-ndjson": false,
+		"; charset=a+json": false, // parameters are not the type
 	} {
 		require.Equal(t, want, isJSON(ct), ct)
 	}
