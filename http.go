@@ -383,9 +383,5 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, payload []by
 
 // retrySeconds renders d as whole seconds, rounded up, at least 1.
 func retrySeconds(d time.Duration) string {
-	s := math.Ceil(d.Seconds())
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(int64(s), 10)
+	return strconv.FormatInt(int64(max(math.Ceil(d.Seconds()), 1)), 10)
 }
