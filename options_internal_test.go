@@ -1,0 +1,27 @@
+package idem
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestGuardOptionBounds: zero or a negative duration means the default, a
+// value below the floor is raised to it, others are kept, as the options
+// say.
+func TestGuardOptionBounds(t *testing.T) {
+	s := &busyStore{}
+	for _, d := range []time.Duration{0, -time.Second} {
+		g := New(s, WithLease(d), WithRetention(d), WithWriteTimeout(d), WithWait(d))
+		require.Equal(t, defaultLease, g.lease, "lease %v", d)
+		require.Equal(t, defaultRetention, g.retention, "retention %v", d)
+		require.Equal(t, defaultWriteTimeout, g.write, "write timeout %v", d)
+		require.Zero(t, g.wait, "wait %v", d)
+	}
+	g := New(s, WithLease(time.Nanosecond), WithWriteTimeout(time.Nanosecond))
+	require.Equal(t, minLease, g.lease)
+	require.Equal(t, minWriteTimeout, g.write)
+	g = New(s, WithLease(time.Minute), WithRetention(time.Hour), WithWriteTimeout(time.Second), WithWait(time.Second))
+	require.Equal(t, []time.Duration{time.Minute, time.Hour, time.Second, time.Second}, []time.Duration{g.lease, g.retention, g.write, g.wait})
+}
