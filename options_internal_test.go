@@ -25,3 +25,13 @@ func TestGuardOptionBounds(t *testing.T) {
 	g = New(s, WithLease(time.Minute), WithRetention(time.Hour), WithWriteTimeout(time.Second), WithWait(time.Second))
 	require.Equal(t, []time.Duration{time.Minute, time.Hour, time.Second, time.Second}, []time.Duration{g.lease, g.retention, g.write, g.wait})
 }
+
+// TestReplicaAckTimeout: WithReplicaAck's timeout is kept when positive and
+// 1s otherwise: a WAIT without a timeout would block for ever.
+func TestReplicaAckTimeout(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{0: time.Second, -time.Second: time.Second, 5 * time.Second: 5 * time.Second} {
+		var s RedisStore
+		WithReplicaAck(1, d)(&s)
+		require.Equal(t, want, s.ackWait, "timeout %v", d)
+	}
+}

@@ -212,3 +212,19 @@ func TestReplicaAckReleaseDoesNotWait(t *testing.T) {
 		require.Less(t, time.Since(start), 10*time.Second, "%s: a WAIT would block for the minute of the ack timeout", mode.name)
 	}
 }
+
+// TestReplicaAckScriptFlush: a claim that waits for a replica on a server
+// that lost its scripts (restart, failover, SCRIPT FLUSH) is sent again with
+// EVAL, in its own pipeline with its WAIT, and succeeds.
+func TestReplicaAckScriptFlush(t *testing.T) {
+	primary, _ := replicated(t)
+	c := primary.Client(t)
+	ctx := context.Background()
+	g := idem.New(idem.NewRedisStore(c, idem.WithReplicaAck(1, 5*time.Second)), quiet)
+	_, err := idem.Do(ctx, g, "k1", nil, okFn("a"))
+	require.NoError(t, err)
+	require.NoError(t, c.ScriptFlush(ctx).Err())
+	v, err := idem.Do(ctx, g, "k2", nil, okFn("b"))
+	require.NoError(t, err)
+	require.Equal(t, "b", v)
+}

@@ -90,9 +90,7 @@ func (s *RedisStore) Inspect(ctx context.Context, id string) (*Inspection, error
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	if lttl.Val() > 0 || lttl.Val() == -1 {
-		in.LeaseHolder = holder.Val()
-	}
+	in.LeaseHolder = holder.Val() // "" when there is no lease
 	if errors.Is(get.Err(), redis.Nil) {
 		return in, nil
 	}
