@@ -30,7 +30,7 @@ func TestCheckProbes(t *testing.T) {
 		errs    []string // in Check's error; none: Check passes
 		warning string   // in the log
 	}{
-		{name: "no keys", line: "ACL SETUSER x on >PASSWORD ~other:* &idem:* +@all -@dangerous", errs: []string{"keys under idem:*"}},
+		{name: "no keys", line: "ACL SETUSER x on >PASSWORD ~other:* &idem:* +@all -@dangerous", errs: []string{"may not read keys under idem:*"}},
 		{name: "read only", line: "ACL SETUSER x on >PASSWORD %R~idem:* &idem:* +@all -@dangerous", errs: []string{"read and write keys under idem:*"}},
 		{name: "no eval", line: base + " -eval", errs: []string{"may not run EVAL"}},
 		{name: "no evalsha", line: base + " -evalsha", errs: []string{"may not run EVALSHA"}},
