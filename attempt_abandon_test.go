@@ -41,6 +41,8 @@ func TestAbandon(t *testing.T) {
 		require.NotErrorIs(t, err, idem.ErrNotRecorded)
 		e := obs.last(t)
 		require.Equal(t, idem.OutcomeAbandoned, e.Outcome)
+		require.Positive(t, e.Store)
+		require.LessOrEqual(t, e.Store, e.Duration, "the store's share of the call")
 		require.EqualValues(t, 1, e.Fence)
 
 		_, err = idem.Do(ctx, g, "k", payment{Amount: 1}, fn)

@@ -363,6 +363,12 @@ func TestKeyFuncObserved(t *testing.T) {
 		deliver(h, tt.body)
 		require.Equal(t, tt.outcome, obs.last(t).Outcome, tt.body)
 	}
+	sawKind := false
+	deliver(stripeRoute(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawKind = r.Context().Value(obsKey{}) == idem.KindHTTP
+	})), stripeEvent("evt_ctx", 1, 1))
+	require.True(t, sawKind, "the handler runs under the context Start returned")
+	require.Equal(t, idem.OutcomeExecuted, obs.last(t).Outcome)
 	require.Equal(t, http.StatusOK, deliver(h, `{"id":"","type":"x","data":{}}`).Code, "no key: unprotected")
 	require.Empty(t, obs.events)
 	require.Zero(t, obs.starts)

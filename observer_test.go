@@ -80,6 +80,7 @@ func testObserverDoOutcomes(t *testing.T, b *backend) {
 	require.Len(t, e.ID, 22)
 	require.Positive(t, e.Duration)
 	require.Positive(t, e.Store)
+	require.LessOrEqual(t, e.Store, e.Duration, "the store's share of the call")
 	require.Zero(t, e.Wait)
 
 	_, err = idem.Do(ctx, g, "k1", req, okFn("other"))
