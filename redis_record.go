@@ -57,7 +57,7 @@ type recordFields struct {
 
 // splitRecord splits a stored record into its fields, without copying.
 func splitRecord(v string) (recordFields, error) {
-	if len(v) < 2 || v[:1] != recordFormat {
+	if !strings.HasPrefix(v, recordFormat) {
 		return recordFields{}, errors.New("idem: unreadable record: unknown format")
 	}
 	var f [5]string

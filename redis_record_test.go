@@ -146,6 +146,11 @@ func TestLooksRandom(t *testing.T) {
 	}
 	require.True(t, looksRandom(all))
 	require.False(t, looksRandom(nil))
+	// The line: 128 distinct values of the first 256 bytes look random, 127
+	// do not; bytes past the 256th are not looked at.
+	require.True(t, looksRandom(append(all[:128:128], all[:128]...)))
+	require.False(t, looksRandom(append(all[:127:127], make([]byte, 129)...)))
+	require.False(t, looksRandom(append(make([]byte, 256), all...)))
 }
 
 // TestClaimScriptPaths covers the paths of lua/claim.lua that the common
@@ -232,4 +237,25 @@ func TestInspectBoundsDecompression(t *testing.T) {
 	require.ErrorContains(t, err, "bad compressed payload")
 	res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "o2", Fingerprint: "fp", Lease: time.Second, TTL: time.Hour})
 	require.ErrorContains(t, err, "bad compressed payload", "a replay of it is refused too: %+v", res)
+
+	// Exactly at the bound: read.
+	bomb.Reset()
+	w.Reset(&bomb)
+	_, _ = w.Write(make([]byte, maxInflated))
+	require.NoError(t, w.Close())
+	p, err := decodePayload(formatDeflate + bomb.String())
+	require.NoError(t, err)
+	require.Len(t, p, maxInflated)
+}
+
+// TestSplitRecordFields: a record splits into its five fields and the body,
+// an empty field included, and refuses another format or too few fields.
+func TestSplitRecordFields(t *testing.T) {
+	f, err := splitRecord("1C|7||fp|0|a|b")
+	require.NoError(t, err)
+	require.Equal(t, recordFields{state: "C", fence: "7", owner: "", fp: "fp", created: "0", body: "a|b"}, f)
+	for _, bad := range []string{"", "1", "2C|7|o|fp|0|", "1C|7|o|fp"} {
+		_, err := splitRecord(bad)
+		require.Error(t, err, "%q", bad)
+	}
 }
