@@ -205,3 +205,33 @@ func TestForgetNotifiesWaiters(t *testing.T) {
 		t.Fatal("the waiter was not notified of the forced Forget")
 	}
 }
+
+// TestWatchesShareOneConnection: watches of several keys share one
+// subscriber; one ending leaves the others notified, and the last to end
+// closes the connection.
+func TestWatchesShareOneConnection(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := srv.Client(t)
+	s := NewRedisStore(c, WithPrefix(redistest.Prefix(t)))
+	ctx := context.Background()
+	notifyA, stopA, err := s.Watch(ctx, "a")
+	require.NoError(t, err)
+	notifyB, stopB, err := s.Watch(ctx, "b")
+	require.NoError(t, err)
+	stopA()
+	require.NoError(t, c.SPublish(ctx, s.notifyChannel("b"), "c").Err())
+	select {
+	case <-notifyB:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's watch was not notified after a's ended")
+	}
+	select {
+	case <-notifyA:
+		t.Fatal("an ended watch was notified")
+	default:
+	}
+	stopB()
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	require.Empty(t, s.subs, "the last watch closes the connection")
+}
