@@ -259,3 +259,35 @@ func TestSplitRecordFields(t *testing.T) {
 		require.Error(t, err, "%q", bad)
 	}
 }
+
+// TestEncodePayload: a payload is deflated from WithCompression's size on,
+// when deflating makes it smaller, and never when it looks random or
+// compression is off; each decodes to itself.
+func TestEncodePayload(t *testing.T) {
+	text := []byte(strings.Repeat(`{"status":"succeeded"}`, 100)) // 2200 bytes
+	random := make([]byte, 4096)
+	_, _ = rand.Read(random)
+	for _, tc := range []struct {
+		name  string
+		above int
+		p     []byte
+		want  string
+	}{
+		{"below the size", len(text) + 1, text, formatRaw},
+		{"at the size", len(text), text, formatDeflate},
+		{"compression off", 0, text, formatRaw},
+		{"compression off, negative", -1, text, formatRaw},
+		{"random", 1, random, formatRaw},
+		{"no smaller deflated", 1, []byte("ab"), formatRaw},
+	} {
+		s := NewRedisStore(nil, WithCompression(tc.above))
+		format, stored := s.encodePayload(tc.p)
+		require.Equal(t, tc.want, format, tc.name)
+		p, err := decodePayload(format + string(stored))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.p, p, tc.name)
+		if format == formatDeflate {
+			require.Less(t, len(stored), len(tc.p)/10, tc.name)
+		}
+	}
+}
