@@ -3,7 +3,6 @@ package idem_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -142,42 +141,6 @@ func TestDoRunsOnceAndReplays(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEqual(t, first.Charge, other.Charge, "another key is another operation")
 		require.Equal(t, int32(2), calls.Load())
-	})
-}
-
-// TestDoFingerprintIsCanonical: requests that encode to the same JSON
-// document, whatever the order of their fields or the spacing of a raw
-// part, have one fingerprint; objects, arrays of them and scalars alike.
-func TestDoFingerprintIsCanonical(t *testing.T) {
-	// payment's fields, declared in another order: it marshals as
-	// {"currency":…,"amount":…}, and a deploy may reorder a struct so.
-	type reordered struct {
-		Currency string `json:"currency"`
-		Amount   int    `json:"amount"`
-	}
-	same := [][]any{
-		{payment{10, "EUR"}, reordered{"EUR", 10}, map[string]any{"currency": "EUR", "amount": 10},
-			json.RawMessage(` { "currency" : "EUR", "amount" : 10 } `)},
-		{[]payment{{10, "EUR"}}, []reordered{{"EUR", 10}}},
-		{10, json.RawMessage(` 10 `)},
-		{"EUR", json.RawMessage(`"EUR"`)},
-	}
-	forEachBackend(t, func(t *testing.T, b *backend) {
-		g := b.guard(t)
-		ctx := context.Background()
-		for i, reqs := range same {
-			key := fmt.Sprintf("k%d", i)
-			_, err := idem.Do(ctx, g, key, reqs[0], okFn("first"))
-			require.NoError(t, err)
-			for _, req := range reqs[1:] {
-				v, err := idem.Do(ctx, g, key, req, okFn("again"))
-				require.NoError(t, err, "%T %v", req, req)
-				require.Equal(t, "first", v, "%T %v", req, req)
-			}
-		}
-		// And a request that differs is another.
-		_, err := idem.Do(ctx, g, "k0", reordered{"EUR", 11}, okFn("other"))
-		require.ErrorIs(t, err, idem.ErrMismatch)
 	})
 }
 
