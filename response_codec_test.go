@@ -37,6 +37,17 @@ func TestResponsePayload(t *testing.T) {
 	require.Equal(t, len(body)+2+2+len("application/xml"), len(odd))
 	rare := encode(payloadResponse, 299, http.Header{"Content-Type": {"application/json"}}, defaultStoredHeaders, body)
 	require.Equal(t, len(body)+4+1, len(rare), "a rare status takes the long form")
+	// The bytes are a stored format: records written by one version are
+	// replayed by the next.
+	for _, enc := range []struct {
+		p    []byte
+		want string
+	}{
+		{minimal, "r\t@"}, {odd, "r\t\x01\x0fapplication/xml"}, {rare, "r\x01+\x01@"},
+		{encode(payloadResponse, 201, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, defaultStoredHeaders, body), "r\tC"},
+	} {
+		require.Equal(t, enc.want, string(enc.p[:len(enc.p)-len(body)]))
+	}
 
 	// Too large: the status and the headers that do not describe the body.
 	p = encode(payloadTooLarge, 201, h, names, nil)
@@ -52,6 +63,18 @@ func TestResponsePayload(t *testing.T) {
 	} {
 		_, err := decodeResponse(bad)
 		require.Error(t, err, "%q", bad)
+	}
+
+	// A head cut anywhere is refused, never read as another response.
+	for _, tag := range []byte{payloadResponse, payloadTooLarge} {
+		if tag == payloadTooLarge {
+			body = nil
+		}
+		full := encode(tag, 201, h, names, body)
+		for i := range len(full) - len(body) {
+			_, err := decodeResponse(full[:i])
+			require.Error(t, err, "%c cut at %d of %d: %q", tag, i, len(full), full[:i])
+		}
 	}
 }
 
