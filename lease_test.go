@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem/idemstore"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 )
 
 // beatStore records when each renewal was sent.
@@ -95,4 +97,39 @@ func testHeartbeatStartsWhenDue(t *testing.T, b rawBackend) {
 	if got := st.beats[0].Sub(start); got < lease/4 {
 		t.Fatalf("first renewal %v after the claim, before lease/4", got)
 	}
+}
+
+// failOnce is a store whose first renewal fails, as on a transient error.
+type failOnce struct {
+	idemstore.Store
+	n atomic.Int32
+}
+
+func (s *failOnce) Heartbeat(ctx context.Context, id, owner string, lease time.Duration) error {
+	if s.n.Add(1) == 1 {
+		return errors.New("transient")
+	}
+	return s.Store.Heartbeat(ctx, id, owner, lease)
+}
+
+// TestHeartbeatRetriesSoon: a renewal that fails is tried again a tenth of
+// the lease later, so that a transient error does not lose the lease of a
+// function that runs on.
+func TestHeartbeatRetriesSoon(t *testing.T) {
+	forEachRawBackend(t, func(t *testing.T, b rawBackend) {
+		const lease = 600 * time.Millisecond
+		s := &failOnce{Store: NewRedisStore(b.c, WithPrefix(b.prefix))}
+		g := New(s, quietLog, WithLease(lease))
+		v, err := Do(context.Background(), g, "k", nil, func(ctx context.Context, a *Attempt) (string, error) {
+			select {
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			case <-time.After(2 * lease):
+				return "done", nil
+			}
+		})
+		require.NoError(t, err)
+		require.Equal(t, "done", v)
+		require.GreaterOrEqual(t, s.n.Load(), int32(2))
+	})
 }
