@@ -82,7 +82,7 @@ const (
 // canonical form; any other body byte for byte.
 func requestPrint(r *http.Request, path string, body []byte) string {
 	size := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4 + len(body)
-	if isJSON(r.Header.Get("Content-Type")) { // an empty body is no JSON: byte for byte
+	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 		head := func(b []byte) []byte { return appendRequestHead(b, r, path, modeJSON) }
 		if fp, ok := canonicalPrint(body, size, head); ok {
 			return fp
