@@ -102,7 +102,8 @@ func TestOperationID(t *testing.T) {
 	require.Len(t, kinds, 3, "each kind has a key space of its own")
 	require.NotEqual(t, idem.OperationID(idem.KindHTTP, "a", "bc"), idem.OperationID(idem.KindHTTP, "ab", "c"))
 	require.Empty(t, idem.OperationID(idem.Kind(9), "", "k"))
-	require.Equal(t, "do once http Kind(9)", fmt.Sprint(idem.KindDo, idem.KindOnce, idem.KindHTTP, idem.Kind(9)))
+	require.Empty(t, idem.OperationID(idem.Kind(0), "", "k"), "the zero Kind is no kind")
+	require.Equal(t, "do once http Kind(9) Kind(0)", fmt.Sprint(idem.KindDo, idem.KindOnce, idem.KindHTTP, idem.Kind(9), idem.Kind(0)))
 }
 
 func TestInspect(t *testing.T) {

@@ -58,7 +58,7 @@ func TestResponsePayload(t *testing.T) {
 	require.Empty(t, r.body)
 
 	for _, bad := range [][]byte{
-		nil, {'r'}, {'x', 0, 200, 0}, {'r', 0, 20, 0}, {'r', 0, 200, 1}, {'r', 0, 200, 1, 9, 0}, {'r', 0, 200, 1, 0, 5, 'a'}, {'r', 0, 200, 0xff}, {'r', 0, 200, 1, 0x7f}, {'r', 0, 200, 1, 0x3f},
+		nil, {'r'}, {'x', 0, 200, 0}, {'r', 0, 20, 0}, {'r', 0, 200, 1}, {'r', 0, 200, 1, 9, 0}, {'r', 0, 200, 1, 0, 5, 'a'}, {'r', 0, 200, 0xff}, {'r', 0, 200, 1, 0x7f}, {'r', 0, 200, 1, byte(typeCode + len(wellKnownTypes))}, {'r', 0, 200, 1, 0x3f},
 		{'r', 0, 200}, {'r', 0xff}, {'r', byte(compactCode + 4*len(wellKnownStatuses))}, {'r', compactCode + 1}, {'r', compactCode + 1, 0x7f},
 	} {
 		_, err := decodeResponse(bad)

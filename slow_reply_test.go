@@ -107,6 +107,13 @@ func TestSlowReplies(t *testing.T) {
 			delays: []slowDelay{{claimLua, 400 * time.Millisecond, 1}, {heartbeatLua, 1100 * time.Millisecond, 1}},
 		},
 		{
+			// The claim answers after lease/3 and is renewed; the renewal
+			// answers within the lease it set but past its margin against
+			// drift (a tenth): too late as well.
+			name:   "claim late, renewal past its margin",
+			delays: []slowDelay{{claimLua, 400 * time.Millisecond, 1}, {heartbeatLua, 950 * time.Millisecond, 1}},
+		},
+		{
 			// The first heartbeat answers after the lease it renewed: fn
 			// must be cancelled by then, before the waiter can take over.
 			name:       "heartbeat reply after the lease",
@@ -206,9 +213,38 @@ func slowRepliesTry(t *testing.T, r *slowRig, holder, waiter *Guard, key string,
 	}
 	require.Equal(t, int32(1), runs.Load(), "the holder started fn on a lease that had run out")
 	require.ErrorIs(t, holderErr, ErrStoreUnavailable, "fn not run")
+	require.ErrorIs(t, holderErr, ErrLeaseLost, "a reply after the lease it set, or a renewal's after its margin, means the lease is lost")
 	require.NotErrorIs(t, holderErr, ErrNotRecorded)
 	require.Empty(t, holderV)
 	return !holderRuns
+}
+
+// TestLateClaimRenewed: a claim that answers after lease/3 but well within
+// its lease is renewed before fn starts, so that fn starts with most of a
+// lease, and fn runs once.
+func TestLateClaimRenewed(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second // lease/3 is 1s, the margin ends at 2.7s
+	for _, mode := range clientModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			r := newSlowRig(t)
+			holder := r.slow(t, mode, WithLease(lease))
+			r.proxy.DelayReplies(redistest.MatchScript(claimLua), 1300*time.Millisecond, 1)
+			renewals := r.proxy.DelayReplies(redistest.MatchScript(heartbeatLua), 0, 100) // counts them
+			var runs atomic.Int32
+			var renewedBefore int
+			v, err := Do(context.Background(), holder, "k", faultReq{}, func(ctx context.Context, a *Attempt) (string, error) {
+				runs.Add(1)
+				renewedBefore = renewals()
+				return "v", nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, "v", v)
+			require.Equal(t, int32(1), runs.Load())
+			require.Equal(t, 1, renewedBefore, "the late claim was renewed once before fn started")
+		})
+	}
 }
 
 // TestSlowCompleteIsBounded: a completion whose reply is late is given up
