@@ -281,7 +281,7 @@ func TestSealFingerprintKeys(t *testing.T) {
 		for _, bad := range []badKeys{
 			{Sealer: s, current: "k2", secrets: map[string][]byte{"k1": testKey(1)}},
 			{Sealer: s, current: "k,1", secrets: map[string][]byte{"k,1": testKey(1)}},
-			{Sealer: s, current: "k1", secrets: map[string][]byte{"k1": testKey(1)[:8]}},
+			{Sealer: s, current: "k1", secrets: map[string][]byte{"k1": testKey(1)[:15]}},
 		} {
 			_, err := idem.Do(ctx, b.guard(t, idem.WithSealer(bad)), "k", payment{1, "EUR"}, okFn("x"))
 			require.ErrorIs(t, err, idem.ErrStoreUnavailable, "%+v", bad.current)
@@ -290,5 +290,8 @@ func TestSealFingerprintKeys(t *testing.T) {
 		r, err := b.store().Read(ctx, id)
 		require.NoError(t, err)
 		require.Nil(t, r, "nothing claimed")
+		shortest := badKeys{Sealer: s, current: "k1", secrets: map[string][]byte{"k1": testKey(1)[:16]}}
+		require.True(t, strings.HasPrefix(fingerprint(b.guard(t, idem.WithSealer(shortest)), "shortest"), "k1."),
+			"a secret of 16 bytes, the shortest, is taken")
 	})
 }
