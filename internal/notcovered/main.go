@@ -68,6 +68,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "notcovered:", err)
 		os.Exit(1)
 	}
+	// Without a mutant the tests must pass, or every mutant would count as
+	// killed.
+	if out, err := goTest(context.Background(), pkg, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "notcovered: the tests fail without a mutant (%v):\n%s", err, out)
+		os.Exit(1)
+	}
 	results := make([]result, len(muts))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(*workers, 1))
@@ -148,17 +154,39 @@ func run(m mutant, pkg string, timeout time.Duration) result {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-overlay="+overlay, pkg)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	out, err := goTest(ctx, pkg, overlay)
 	switch {
 	case err == nil:
 		return result{status: "LIVED"}
-	case strings.Contains(out.String(), "[build failed]") || strings.Contains(out.String(), "[setup failed]"):
+	case strings.Contains(out, "[build failed]") || strings.Contains(out, "[setup failed]"):
 		return result{status: "NOT VIABLE"}
 	case ctx.Err() != nil:
 		return result{status: "TIMED OUT"}
 	}
-	return result{status: "KILLED"}
+	return result{status: "KILLED", detail: firstFailure(out)}
+}
+
+// goTest runs pkg's tests, through overlay unless it is "", and returns
+// their output.
+func goTest(ctx context.Context, pkg, overlay string) (string, error) {
+	args := []string{"test", "-count=1"}
+	if overlay != "" {
+		args = append(args, "-overlay="+overlay)
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// firstFailure returns " by TestName" for the first test that failed in a
+// go test output, "" when none is named (a panic, a watchdog).
+func firstFailure(out string) string {
+	for line := range strings.Lines(out) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- FAIL: "); ok {
+			return " by " + strings.Fields(name)[0]
+		}
+	}
+	return ""
 }
