@@ -10,7 +10,9 @@
 //	go run ./internal/notcovered -report R.json [-workers N] [-timeout D] PKG
 //
 // PKG is the package gremlins ran on (./idemclient); GOFLAGS and the rest of
-// the environment pass to go test. It prints one line per mutant and a
+// the environment pass to go test. The tests must first pass without a
+// mutant. It prints one line per mutant (a killed one names the first test
+// that failed) and a
 // summary: "blind spot: K killed, L lived, T timed out, N not viable", where a
 // mutant that does not build is not viable and one that outlasts -timeout
 // (default 3m) counts as a survivor, as in gremlins.
