@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
 )
@@ -159,4 +160,18 @@ func TestParallelPanicAfterWriting(t *testing.T) {
 			require.Equal(t, []any{"boom", "boom"}, res.Panics)
 		})
 	}
+}
+
+// A heartbeat of a key nobody holds is ErrLeaseLost, whatever its owner,
+// the empty one included, as on Redis: it never creates a lease.
+func TestMemoryStoreHeartbeatWithoutLease(t *testing.T) {
+	ctx := t.Context()
+	s := idemtest.NewMemoryStore()
+	for _, owner := range []string{"o1", ""} {
+		require.ErrorIs(t, s.Heartbeat(ctx, "id", owner, time.Minute), idem.ErrLeaseLost, "owner %q", owner)
+	}
+	res, err := s.Claim(ctx, "id", claimReq("o2", "fp"))
+	require.NoError(t, err)
+	require.Equal(t, idemstore.ClaimOK, res.Status, "the key is free")
+	require.ErrorIs(t, s.Heartbeat(ctx, "id", "", time.Minute), idem.ErrLeaseLost, "the empty owner is nobody")
 }

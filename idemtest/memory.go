@@ -124,7 +124,7 @@ func (s *MemoryStore) Heartbeat(ctx context.Context, id, owner string, lease tim
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	if s.leases[id].owner != owner {
+	if l, ok := s.leases[id]; !ok || l.owner != owner {
 		return idem.ErrLeaseLost
 	}
 	s.leases[id] = memLease{owner: owner, expires: now.Add(lease)}
