@@ -159,14 +159,17 @@ var errRenewTimeout = errors.New("idem: the renewal did not answer before the en
 // when the Redis client ignores context deadlines.
 func (g *Guard) renew(ctx context.Context, id, owner string) (time.Time, error) {
 	sent := time.Now()
+	// Cancelled on return, not when the answer is in: a context ended by
+	// its answer must not pass for one that reached its deadline first.
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), g.leaseEnd(sent))
+	defer cancel()
 	done := make(chan error, 1)
-	go func() {
-		defer cancel()
-		done <- g.store.Heartbeat(rctx, id, owner, g.lease)
-	}()
+	go func() { done <- g.store.Heartbeat(rctx, id, owner, g.lease) }()
 	select {
 	case err := <-done:
+		if err != nil && rctx.Err() != nil {
+			err = errRenewTimeout // a client that gave up at the deadline
+		}
 		return sent, err
 	case <-rctx.Done():
 		return sent, errRenewTimeout

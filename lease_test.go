@@ -133,3 +133,49 @@ func TestHeartbeatRetriesSoon(t *testing.T) {
 		require.GreaterOrEqual(t, s.n.Load(), int32(2))
 	})
 }
+
+// nilBeats is a Store whose renewals answer at once.
+type nilBeats struct{ idemstore.Store }
+
+func (nilBeats) Heartbeat(context.Context, string, string, time.Duration) error { return nil }
+
+// TestRenewAnsweredInTime: a renewal that answered is never taken for one
+// that did not answer before the end of its lease, however the goroutines
+// are scheduled. (Regression test: the renewal's context, cancelled once
+// the answer was in, could win the race against the answer.)
+func TestRenewAnsweredInTime(t *testing.T) {
+	g := New(nilBeats{}, WithLease(time.Minute))
+	var wg sync.WaitGroup
+	var lost atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			for range 2000 {
+				if _, err := g.renew(t.Context(), "id", "o"); err != nil {
+					lost.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, lost.Load(), "renewals that answered at once, reported as not answered")
+}
+
+// deadlineBeats is a Store whose renewals answer only when their context
+// ends, with its error, as go-redis does with ContextTimeoutEnabled.
+type deadlineBeats struct{ idemstore.Store }
+
+func (deadlineBeats) Heartbeat(ctx context.Context, _, _ string, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestRenewClientGivesUp: a renewal whose client gives up at the deadline
+// is a renewal that did not answer before the end of its lease (so the
+// claim it renews counts as lost), not a store error.
+func TestRenewClientGivesUp(t *testing.T) {
+	g := New(deadlineBeats{}, WithLease(20*time.Millisecond))
+	for range 10 {
+		_, err := g.renew(t.Context(), "id", "o")
+		require.ErrorIs(t, err, errRenewTimeout)
+	}
+}

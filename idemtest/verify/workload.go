@@ -75,7 +75,7 @@ func (w *Workload) Retry(key string) {
 func (w *Workload) Calls() int64 { return w.calls.Load() }
 
 // KeysUsed returns the number of distinct keys used so far.
-func (w *Workload) KeysUsed() int { return int(w.next.Load()) }
+func (w *Workload) KeysUsed() int { return int(min(w.next.Load(), int64(w.Keys))) }
 
 func (w *Workload) defaults() {
 	w.once.Do(func() { w.retries = make(chan string, 256) })
@@ -155,7 +155,7 @@ func (w *Workload) pick(rnd *rand.Rand) (key, req string) {
 		return key, "pay"
 	default:
 	}
-	used := w.next.Load()
+	used := int64(w.KeysUsed()) // clients racing for the last new key count past Keys
 	var n int64
 	if used == 0 || (used < int64(w.Keys) && rnd.IntN(2) == 0) {
 		n = w.next.Add(1) - 1
