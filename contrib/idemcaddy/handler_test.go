@@ -22,7 +22,7 @@ func TestProvisionRefuses(t *testing.T) {
 		{"redis " + redisURL(rs) + "\nmethods GET", "safe method"},
 		{"redis " + redisURL(rs) + "\nkey_header bad:name", "invalid header name"},
 	} {
-		caddytest.AssertLoadError(t, siteConfig(tc.block, "respond 204"), "caddyfile", tc.want)
+		caddytest.AssertLoadError(t, withPort(siteConfig(tc.block, "respond 204")), "caddyfile", tc.want)
 	}
 }
 

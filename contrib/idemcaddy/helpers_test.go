@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +71,7 @@ func siteConfig(block, site string) string {
 func rawSite(body string) string {
 	return fmt.Sprintf(`{
 	admin localhost:%d
-	http_port %d
+	http_port %s
 	https_port %d
 	default_bind 127.0.0.1
 	auto_https off
@@ -79,23 +80,31 @@ func rawSite(body string) string {
 	grace_period 1ns
 }
 
-http://127.0.0.1:%d {
+http://127.0.0.1:%s {
 	%s
 }
-`, caddytest.Default.AdminPort, httpPort, httpsPort, httpPort, body)
+`, caddytest.Default.AdminPort, sitePort, httpsPort, sitePort, body)
 }
 
-// load makes cfg Caddy's configuration.
+// sitePort stands for the site's port in a configuration until load gives
+// it one.
+const sitePort = "{IDEMCADDY_SITE_PORT}"
+
+// withPort returns cfg on the site's current port.
+func withPort(cfg string) string { return strings.ReplaceAll(cfg, sitePort, strconv.Itoa(httpPort)) }
+
+// load makes cfg Caddy's configuration, its site on a port of its own:
+// the server of the configuration before may still accept a connection on
+// its port as it stops (Caddy's App.Stop says so), and close it then.
 func load(t *testing.T, cfg string) {
 	t.Helper()
+	httpPort = freePorts(1)[0]
 	tc := caddytest.NewTester(t)
-	tc.InitServer(cfg, "caddyfile")
+	tc.InitServer(withPort(cfg), "caddyfile")
 	if t.Failed() {
 		t.FailNow()
 	}
-	// Connections kept alive by the configuration before may be closed by
-	// its server as it stops; a request sent on one would be retried by the
-	// client's transport and reach the new one as a repeat.
+	// Connections kept alive to the configuration before lead nowhere now.
 	client.CloseIdleConnections()
 }
 
