@@ -15,6 +15,8 @@ const (
 	minLease            = 30 * time.Millisecond
 	defaultWriteTimeout = 5 * time.Second
 	minWriteTimeout     = 10 * time.Millisecond
+	defaultStoreTimeout = time.Second
+	minStoreTimeout     = 10 * time.Millisecond
 )
 
 // Guard runs operations at most once per key. It is safe for concurrent use
@@ -29,6 +31,7 @@ type Guard struct {
 	retention time.Duration
 	wait      time.Duration
 	write     time.Duration // bound of complete and release
+	budget    time.Duration // bound of every store call on a request's path
 	// inlineWrites: the store returns by its context's deadline, so bounded
 	// needs no goroutine of its own.
 	inlineWrites bool
@@ -97,6 +100,19 @@ func WithWriteTimeout(d time.Duration) Option {
 	return func(g *Guard) {
 		if d > 0 {
 			g.write = max(d, minWriteTimeout)
+		}
+	}
+}
+
+// WithStoreTimeout sets the store budget: how long a request waits for any
+// one store call on its path (the claim, which also reads a replay, a lease
+// renewal, a checkpoint, the completion, a release), whatever the Redis
+// client's own timeouts and retries. Values below 10ms are raised to 10ms;
+// zero or negative means the default, 1s.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(g *Guard) {
+		if d > 0 {
+			g.budget = max(d, minStoreTimeout)
 		}
 	}
 }
@@ -171,6 +187,7 @@ func New(store idemstore.Store, opts ...Option) *Guard {
 		lease:     defaultLease,
 		retention: defaultRetention,
 		write:     defaultWriteTimeout,
+		budget:    defaultStoreTimeout,
 		log:       slog.Default(),
 	}
 	g.unusable = "the Guard has no store"
