@@ -19,13 +19,18 @@ import (
 // Delays apply to bytes as they pass: a delayed reply holds back every reply
 // behind it on the same connection, as TCP would. The server executes a
 // command when its bytes reach it, so a delayed reply means a command that
-// ran on time and answered late. Its methods may be called from any
-// goroutine.
+// ran on time and answered late. Freeze stops it forwarding bytes at all,
+// as a network partition or a frozen server would, until Thaw. Its methods
+// may be called from any goroutine.
 type Proxy struct {
 	target string
 	ln     net.Listener
 
 	up, down atomic.Int64 // delay of every chunk, client→server and server→client, ns
+
+	// hold is open while the proxy is frozen, closed by Thaw; nil when
+	// bytes flow.
+	hold atomic.Pointer[chan struct{}]
 
 	mu       sync.Mutex
 	rules    []*delayRule
@@ -82,6 +87,34 @@ func (p *Proxy) DelayReplies(match Matcher, d time.Duration, n int) (delayed fun
 	}
 }
 
+// Freeze stops forwarding bytes in both directions: connections stay open
+// (new ones are accepted), what either side writes waits in the proxy, and
+// no command reaches the server or is answered, as when the network between
+// them partitions. Thaw forwards what waited, in order.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.done { // Close thaws for good
+		ch := make(chan struct{})
+		p.hold.CompareAndSwap(nil, &ch)
+	}
+}
+
+// Thaw forwards the bytes held since Freeze, in order, and lets the next
+// ones pass. Thaw without Freeze does nothing.
+func (p *Proxy) Thaw() {
+	if ch := p.hold.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// held waits while the proxy is frozen.
+func (p *Proxy) held() {
+	if ch := p.hold.Load(); ch != nil {
+		<-*ch
+	}
+}
+
 // ClearRules drops every rule added by DelayReplies.
 func (p *Proxy) ClearRules() {
 	p.mu.Lock()
@@ -128,6 +161,7 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.done = true
+	p.Thaw() // a held chunk's write then fails on its closed connection
 	_ = p.ln.Close()
 	for c := range p.conns {
 		_ = c.Close()
@@ -178,12 +212,14 @@ type timed struct {
 	at time.Time
 }
 
-// pump writes the chunks it receives, each at its moment, in order.
-func pump(dst net.Conn, in <-chan timed) {
+// pump writes the chunks it receives, each at its moment, in order, none
+// while the proxy is frozen.
+func (p *Proxy) pump(dst net.Conn, in <-chan timed) {
 	for c := range in {
 		if d := time.Until(c.at); d > 0 {
 			time.Sleep(d) // the simulated delay itself
 		}
+		p.held()
 		if _, err := dst.Write(c.b); err != nil {
 			_ = dst.Close()
 			for range in {
@@ -198,7 +234,7 @@ func pump(dst net.Conn, in <-chan timed) {
 func (p *Proxy) upstream(client, server net.Conn, pending chan<- time.Duration) {
 	defer p.wg.Done()
 	out := make(chan timed, 1024)
-	go pump(server, out)
+	go p.pump(server, out)
 	defer close(out)
 	defer close(pending)
 	var buf []byte
@@ -239,7 +275,7 @@ func (p *Proxy) upstream(client, server net.Conn, pending chan<- time.Duration) 
 func (p *Proxy) downstream(server, client net.Conn, pending <-chan time.Duration) {
 	defer p.wg.Done()
 	out := make(chan timed, 1024)
-	go pump(client, out)
+	go p.pump(client, out)
 	defer close(out)
 	var buf []byte
 	frame := true

@@ -40,3 +40,36 @@ func TestProxyDelaysReplies(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 	p.SetDelay(0, 0)
 }
+
+// TestProxyFreeze: a command sent while the proxy is frozen reaches the
+// proxy but not the server; Thaw delivers it, and its reply.
+func TestProxyFreeze(t *testing.T) {
+	ctx := context.Background()
+	s := Shared(t)
+	key := Prefix(t) + ":k"
+	p := StartProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Minute})
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Ping(ctx).Err())
+	p.Commands()
+
+	p.Freeze()
+	done := make(chan error, 1)
+	go func() { done <- c.Set(ctx, key, "v", 0).Err() }()
+	sets := 0
+	require.Eventually(t, func() bool { sets += p.Commands()["SET"]; return sets == 1 }, 10*time.Second, time.Millisecond,
+		"the SET reached the proxy")
+	watch := s.Client(t)
+	require.Equal(t, redis.Nil, watch.Get(ctx, key).Err(), "the server did not get the SET")
+	select {
+	case err := <-done:
+		t.Fatalf("the SET was answered through a frozen proxy: %v", err)
+	default:
+	}
+
+	p.Thaw()
+	require.NoError(t, <-done)
+	require.Equal(t, "v", watch.Get(ctx, key).Val())
+	p.Thaw() // without Freeze: nothing
+	require.NoError(t, c.Set(ctx, key, "w", 0).Err())
+}
