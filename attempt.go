@@ -30,6 +30,7 @@ type Attempt struct {
 	Fence int64
 
 	store idemstore.Store
+	g     *Guard // nil on an Attempt idem did not create
 	owner string
 
 	mu  sync.Mutex
@@ -101,7 +102,7 @@ func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) err
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
 		return cause // the heartbeat found the lease taken: no need to ask
 	}
-	if err := a.store.Checkpoint(ctx, a.ID, a.owner, name, value); err != nil {
+	if err := a.checkpoint(ctx, name, value); err != nil {
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			return err
@@ -117,6 +118,17 @@ func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) err
 	}
 	a.cps[name] = append([]byte(nil), value...)
 	return nil
+}
+
+// checkpoint saves the value within the store timeout, through fail-fast.
+func (a *Attempt) checkpoint(ctx context.Context, name string, value []byte) error {
+	if a.g == nil {
+		return a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
+	}
+	_, _, err := storeCall(ctx, a.g, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
+	})
+	return err
 }
 
 // Checkpoints returns a copy of the checkpoints saved by earlier attempts and

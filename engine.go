@@ -48,6 +48,7 @@ type outcome struct {
 	stored   bool   // fn's payload was stored
 	lost     bool   // the lease was lost while fn ran
 	left     bool   // fn abandoned the attempt: neither stored nor released
+	pending  bool   // fn's payload is being stored in the background
 }
 
 // resultFunc turns what exec did, out, and the engine's error err into the
@@ -115,7 +116,8 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	}
 	id := o.id()
 	owner := newToken()
-	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: g.lease, TTL: g.lease + g.retentionOf(o)}
+	lease, end := g.leaseFor(ctx)
+	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: lease, TTL: lease + g.retentionOf(o)}
 	var deadline time.Time
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
@@ -123,11 +125,18 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	w := waiter{g: g, id: id, deadline: deadline}
 	defer w.close()
 	for {
-		sent := time.Now()
-		res, err := g.store.Claim(ctx, id, req)
-		o.obs.storeSince(sent)
+		t := o.obs.now()
+		res, sent, err := storeCall(ctx, g, func(ctx context.Context) (idemstore.ClaimResult, error) {
+			return g.store.Claim(ctx, id, req)
+		})
+		o.obs.storeSince(t)
 		o.obs.claimed(id, res.Fence)
 		if err != nil {
+			if mayHaveRun(err) {
+				// The claim may have run, or still run: take it back once
+				// the store answers, so that the retry runs at once.
+				g.takeBack(ctx, id, owner, sent.Add(lease))
+			}
 			return outcome{}, g.storeError(ctx, err)
 		}
 		switch res.Status {
@@ -140,7 +149,7 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 			if o.detach {
 				rctx = context.WithoutCancel(ctx)
 			}
-			return g.run(rctx, o, id, owner, sent, res, fn)
+			return g.run(rctx, o, id, owner, leaseTerms{lease: lease, end: end, sent: sent}, res, fn)
 		case idemstore.ClaimUnreadable:
 			return outcome{}, g.unreadableRecord(ctx, id)
 		case idemstore.ClaimBusy:
@@ -171,6 +180,8 @@ func outcomeOf(ctx context.Context, out outcome, err error) Outcome {
 			return OutcomeLeaseLost
 		case out.left:
 			return OutcomeAbandoned
+		case out.pending:
+			return OutcomeRecording
 		case err != nil:
 			return OutcomeNotRecorded
 		case out.stored:
@@ -219,8 +230,11 @@ func (w *waiter) wait(ctx context.Context, retryAfter time.Duration) error {
 	if !w.watched {
 		w.watched = true
 		if st, ok := w.g.store.(idemstore.Watcher); ok {
+			wctx, cancel := context.WithTimeout(ctx, w.g.budget)
 			var err error
-			if w.notify, w.stop, err = st.Watch(ctx, w.id); err == nil {
+			w.notify, w.stop, err = st.Watch(wctx, w.id)
+			cancel()
+			if err == nil {
 				return nil // watching: claim again at once, in case it completed meanwhile
 			} else if ctx.Err() != nil {
 				return fmt.Errorf("idem: waiting for the first attempt: %w", context.Cause(ctx))
@@ -254,10 +268,10 @@ func (w *waiter) close() {
 	}
 }
 
-// run runs fn as the owner of the claim of o, sent at claimed.
-func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Time, res idemstore.ClaimResult, fn runFunc) (outcome, error) {
+// run runs fn as the owner of the claim of o, with the lease terms lt.
+func (g *Guard) run(ctx context.Context, o op, id, owner string, lt leaseTerms, res idemstore.ClaimResult, fn runFunc) (outcome, error) {
 	t := o.obs.now()
-	claimed, err := g.confirmLease(ctx, id, owner, claimed)
+	lt, err := g.confirmLease(ctx, id, owner, lt)
 	o.obs.storeSince(t)
 	if err != nil {
 		return outcome{}, err
@@ -266,9 +280,9 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	st := &struct {
 		a    Attempt
 		hold leaseHold
-	}{a: Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, owner: owner, cps: res.Checkpoints}}
+	}{a: Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, g: g, owner: owner, cps: res.Checkpoints}}
 	a, hold := &st.a, &st.hold
-	hctx := g.holdLease(ctx, hold, id, owner, claimed)
+	hctx := g.holdLease(ctx, hold, id, owner, lt)
 	finished := false
 	defer func() {
 		if !finished { // fn panicked or called runtime.Goexit
@@ -276,7 +290,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 			if a.abandoned.Load() { // an abandoned attempt keeps its claim
 				o.obs.end(OutcomeAbandoned, nil)
 			} else {
-				g.release(ctx, id, owner)
+				g.settle(ctx, a, hold.valid)
 			}
 		}
 	}()
@@ -294,18 +308,13 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, claimed time.Ti
 	t = o.obs.now()
 	defer o.obs.storeSince(t)
 	if !keep || a.released.Load() {
-		g.release(ctx, id, owner)
+		g.settle(ctx, a, hold.valid)
 		return out, nil
 	}
-	cerr := g.bounded(ctx, func(ctx context.Context) error {
-		return g.store.Complete(ctx, id, owner, payload, g.retentionOf(o))
-	})
+	cerr := g.complete(ctx, o, a, payload, hold.valid)
 	if cerr != nil {
-		if !errors.Is(cerr, ErrLeaseLost) {
-			cerr = fmt.Errorf("%w: %w", ErrStoreUnavailable, cerr)
-		}
-		g.log.ErrorContext(ctx, "idem: result not recorded", "event", "result_not_recorded", "key", o.key, "id", id, "fence", res.Fence, "err", cerr)
-		return out, errors.Join(ErrNotRecorded, cerr)
+		out.pending = errors.As(cerr, new(*pendingError))
+		return out, cerr
 	}
 	out.stored = true
 	return out, nil

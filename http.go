@@ -329,7 +329,7 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, err error) {
 			m.g.log.ErrorContext(r.Context(), "idem: request refused", "event", "request_refused", "err", err)
 		}
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, &probUnavailable, "The idempotency store is unreachable, so the request was not processed. Retry after the number of seconds in Retry-After, with the same key.")
+		writeProblem(w, &probUnavailable, "The idempotency store did not answer in time, so the request was not processed. Retry after the number of seconds in Retry-After, with the same key: it runs then, once.")
 	}
 }
 

@@ -35,10 +35,15 @@ type Guard struct {
 	// inlineWrites: the store returns by its context's deadline, so bounded
 	// needs no goroutine of its own.
 	inlineWrites bool
-	log          *slog.Logger
-	observer     Observer
-	sealer       Sealer // WithSealer; New puts a sealedStore in front of store
-	sealerSet    bool   // WithSealer was given, perhaps a nil Sealer
+	// writeSet: WithWriteTimeout was given; a completion then waits write,
+	// not the budget.
+	writeSet  bool
+	health    *storeHealth // fail-fast, the store's own when it keeps one
+	pending   backlog      // background writes, for Drain
+	log       *slog.Logger
+	observer  Observer
+	sealer    Sealer // WithSealer; New puts a sealedStore in front of store
+	sealerSet bool   // WithSealer was given, perhaps a nil Sealer
 	// fingerprintKeyIDs are the ids of the Sealer's fingerprint keys, the
 	// current one first; none without a FingerprintKeyer.
 	fingerprintKeyIDs []string
@@ -85,30 +90,45 @@ func WithWait(d time.Duration) Option {
 	return func(g *Guard) { g.wait = max(d, 0) }
 }
 
-// WithWriteTimeout bounds the store calls made after fn returned: the
-// completion that stores its result and the release after a failure. They
+// WithWriteTimeout sets how long the caller waits for the store writes made
+// after fn returned: the completion that stores its result and the release
+// after a failure. The default is the store timeout (WithStoreTimeout). They
 // run detached from the caller's context, so that a caller giving up cannot
-// void a result, and they are bounded by this timeout even when the Redis
-// client would wait longer (go-redis ignores context deadlines unless its
-// ContextTimeoutEnabled is set: without it, each such call runs on a
-// goroutine of its own, which the caller stops waiting for at the timeout;
-// with it, on the caller's goroutine). A completion not answered in time is
-// reported as ErrNotRecorded joined with ErrStoreUnavailable: it may or may
-// not have been stored. Values below 10ms are raised to 10ms; zero or
-// negative means the default, 5s.
+// void a result. A write not answered in time goes on in the background
+// (see Drain) and the caller gets fn's result with ErrNotRecorded joined
+// with ErrStoreUnavailable: a repeat then tells whether it was stored.
+// Values below 10ms are raised to 10ms; zero or negative means the default.
 func WithWriteTimeout(d time.Duration) Option {
 	return func(g *Guard) {
 		if d > 0 {
-			g.write = max(d, minWriteTimeout)
+			g.write, g.writeSet = max(d, minWriteTimeout), true
 		}
 	}
 }
 
-// WithStoreTimeout sets the store budget: how long a request waits for any
-// one store call on its path (the claim, which also reads a replay, a lease
-// renewal, a checkpoint, the completion, a release), whatever the Redis
-// client's own timeouts and retries. Values below 10ms are raised to 10ms;
-// zero or negative means the default, 1s.
+// WithStoreTimeout sets the store budget: how long an operation waits for
+// any one store call on its path (the claim, which also reads a replay, the
+// subscription of a waiting duplicate, a lease renewal, a checkpoint, the
+// completion, a release), whatever the Redis client's own timeouts and
+// retries. The default is 1s. Values below 10ms are raised to 10ms; zero or
+// negative means the default.
+//
+// What a store that does not answer in time costs:
+//   - A claim: ErrStoreUnavailable (the middleware: 503 with Retry-After),
+//     fn not run. The claim may still reach the store later (a frozen
+//     server runs it when it wakes): its owner takes it back in the
+//     background as soon as the store answers, so the retry that the
+//     refusal invited runs at once, with the Fence it would have had.
+//   - The completion: the caller gets fn's result with ErrNotRecorded (the
+//     middleware sends the handler's response); the completion goes on in
+//     the background until it is stored or the lease ends (Drain waits for
+//     it), so a repeat finds the result once the store answers.
+//   - A release after a failure goes on in the background alike.
+//   - Fail fast: when calls keep failing (three in a row, or none answered
+//     for a whole budget), new operations are refused at once with
+//     ErrStoreUnavailable instead of each waiting the budget; every 100ms
+//     one call goes through as a probe, and the first answer ends it
+//     (StoreState, StoreStateObserver).
 func WithStoreTimeout(d time.Duration) Option {
 	return func(g *Guard) {
 		if d > 0 {
@@ -212,6 +232,16 @@ func New(store idemstore.Store, opts ...Option) *Guard {
 	if d, ok := g.store.(deadlineStore); ok {
 		g.inlineWrites = d.honoursDeadlines()
 	}
+	if hs, ok := g.store.(healthStore); ok && hs.storeHealth() != nil {
+		g.health = hs.storeHealth()
+	} else {
+		g.health = newStoreHealth()
+		g.health.log = g.log
+	}
+	if !g.writeSet {
+		g.write = g.budget
+	}
+	g.watchStoreState(g.observer)
 	return g
 }
 

@@ -150,7 +150,7 @@ func TestRenewAnsweredInTime(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				if _, err := g.renew(t.Context(), "id", "o"); err != nil {
+				if _, err := g.renew(t.Context(), "id", "o", g.lease); err != nil {
 					lost.Add(1)
 				}
 			}
@@ -175,7 +175,7 @@ func (deadlineBeats) Heartbeat(ctx context.Context, _, _ string, _ time.Duration
 func TestRenewClientGivesUp(t *testing.T) {
 	g := New(deadlineBeats{}, WithLease(20*time.Millisecond))
 	for range 10 {
-		_, err := g.renew(t.Context(), "id", "o")
+		_, err := g.renew(t.Context(), "id", "o", g.lease)
 		require.ErrorIs(t, err, errRenewTimeout)
 	}
 }

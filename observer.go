@@ -88,6 +88,11 @@ const (
 	// OutcomeNotRecorded: fn ran but its result could not be stored for
 	// another reason (the store failed or did not answer in time).
 	OutcomeNotRecorded Outcome = "not_recorded"
+	// OutcomeRecording: fn ran, and the store did not answer the
+	// completion of its result within the store timeout
+	// (WithStoreTimeout): the caller got fn's result with ErrNotRecorded,
+	// and storing it goes on in the background (Guard.Drain waits for it).
+	OutcomeRecording Outcome = "recording"
 	// OutcomeReleased: fn failed or panicked, or its response is one that
 	// is not stored (a 5xx); the key is free again for a retry.
 	OutcomeReleased Outcome = "released"

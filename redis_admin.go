@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -91,6 +92,9 @@ func (s *RedisStore) Inspect(ctx context.Context, id string) (*Inspection, error
 		return nil, err
 	}
 	in.LeaseHolder = holder.Val() // "" when there is no lease
+	if strings.HasPrefix(in.LeaseHolder, "~") {
+		in.LeaseHolder = "" // a tombstone (unclaim.lua) is no lease
+	}
 	if errors.Is(get.Err(), redis.Nil) {
 		return in, nil
 	}

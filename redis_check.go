@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -43,10 +44,21 @@ var (
 // client's credentials (a wrong password, an unknown or disabled user, no
 // password where one is needed), is ErrStoreUnavailable; the latter's
 // message says that authentication failed and names the user.
-func (s *RedisStore) Check(ctx context.Context) error {
+//
+// While the store is failing (its calls kept failing, see WithStoreTimeout)
+// Check returns ErrStoreUnavailable at once, except every 100ms, when it
+// goes out as the probe whose answer ends the failing state: a readiness
+// probe that calls Check sees the state, and helps end it.
+func (s *RedisStore) Check(ctx context.Context) (err error) {
 	if err := s.usable(); err != nil {
 		return err
 	}
+	probe, err := s.health.admit()
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	defer func() { s.health.report(probe, sent, endOf(ctx, err), err, defaultStoreTimeout) }()
 	cc, ok := s.c.(*redis.ClusterClient)
 	if !ok {
 		return s.checkNode(ctx, s.c, "", s.prefix+":{idem-check}")

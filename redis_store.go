@@ -28,12 +28,15 @@ var (
 	completeLua string
 	//go:embed lua/release.lua
 	releaseLua string
+	//go:embed lua/unclaim.lua
+	unclaimLua string
 
 	claimScript      = newScript(claimLua)
 	heartbeatScript  = newDirectScript(heartbeatLua)
 	checkpointScript = newScript(checkpointLua)
 	completeScript   = newScript(completeLua)
 	releaseScript    = newScript(releaseLua)
+	unclaimScript    = newScript(unclaimLua)
 )
 
 // RedisStore is the Store on Redis 7.0 or newer, standalone, with replicas,
@@ -52,10 +55,11 @@ type RedisStore struct {
 	ackWait       time.Duration
 	compressAbove int
 	log           *slog.Logger
-	bad           error     // a client the store cannot work with
-	autoPipe      bool      // WithAutoPipeline
-	pipe          *pipeline // with WithAutoPipeline
-	errs          []string  // malformed options, for NewRedisStore's panic
+	bad           error        // a client the store cannot work with
+	health        *storeHealth // fail-fast, shared by the Guards over the store
+	autoPipe      bool         // WithAutoPipeline
+	pipe          *pipeline    // with WithAutoPipeline
+	errs          []string     // malformed options, for NewRedisStore's panic
 
 	watchable    atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
 	warnedNotify atomic.Bool            // notifyRefused has logged
@@ -64,8 +68,9 @@ type RedisStore struct {
 }
 
 var (
-	_ idemstore.Store  = (*RedisStore)(nil)
-	_ idemstore.Reader = (*RedisStore)(nil)
+	_ idemstore.Store     = (*RedisStore)(nil)
+	_ idemstore.Reader    = (*RedisStore)(nil)
+	_ idemstore.Unclaimer = (*RedisStore)(nil)
 )
 
 // RedisOption configures a RedisStore.
@@ -153,12 +158,13 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 // idemclient.NewTransport do; durations and sizes are clamped as each option
 // says.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c)}
+	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c), health: newStoreHealth()}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
 		}
 	}
+	s.health.log = s.log
 	if s.autoPipe && s.bad == nil { // an unusable client fails every call already
 		s.pipe = newPipeline(c)
 	}
@@ -333,6 +339,33 @@ func (s *RedisStore) Release(ctx context.Context, id, owner string) error {
 	c.text(owner)
 	n, err := s.run(ctx, c).Int64()
 	return s.published(ctx, n, err)
+}
+
+// Unclaim implements idemstore.Unclaimer: it takes back owner's claim (its
+// fence goes back by one, a record it created is deleted) and leaves a
+// tombstone in the lease key, for lease, that refuses a copy of owner's
+// claim still on its way. Like a release, it is never waited for by
+// replicas.
+func (s *RedisStore) Unclaim(ctx context.Context, id, owner string, lease time.Duration) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	c := s.call(unclaimScript, id, true, true)
+	c.text(owner)
+	c.arg(ms(lease))
+	n, err := s.run(ctx, c).Int64()
+	if err == nil && n == 0 {
+		return nil // no claim of owner: nothing to take back, and none will come
+	}
+	return s.published(ctx, n, err)
+}
+
+// storeHealth returns the fail-fast state the Guards over the store share.
+func (s *RedisStore) storeHealth() *storeHealth {
+	if s == nil {
+		return nil
+	}
+	return s.health
 }
 
 // notifyRefused logs, once per store, that the server refuses idem's

@@ -37,6 +37,23 @@ func (s *sealedStore) honoursDeadlines() bool {
 	return ok && d.honoursDeadlines()
 }
 
+// storeHealth returns the wrapped store's fail-fast state, if it keeps one.
+func (s *sealedStore) storeHealth() *storeHealth {
+	if h, ok := s.Store.(healthStore); ok {
+		return h.storeHealth()
+	}
+	return nil
+}
+
+// Unclaim takes a claim back where the wrapped store can
+// (idemstore.Unclaimer), else releases it.
+func (s *sealedStore) Unclaim(ctx context.Context, id, owner string, lease time.Duration) error {
+	if u, ok := s.Store.(idemstore.Unclaimer); ok {
+		return u.Unclaim(ctx, id, owner, lease)
+	}
+	return s.Store.Release(ctx, id, owner)
+}
+
 // fingerprintKey keys fingerprints under one key id.
 type fingerprintKey struct {
 	id   string

@@ -1,5 +1,14 @@
 package idem
 
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
 // StoreState is a Guard's view of its store, as fail-fast keeps it (see
 // WithStoreTimeout): whether new operations go to the store or are refused
 // at once. Its values are stable: use them as metric labels.
@@ -15,9 +24,218 @@ const (
 	StoreFailing StoreState = "failing"
 )
 
+// StoreStateObserver is implemented by an Observer (WithObserver) that
+// wants to know when its Guard's store starts failing and when it answers
+// again. StoreStateChanged is called once per change, after it happened,
+// with the new state and, for StoreFailing, the last failure. Guards that
+// share a RedisStore share its state, and each one's Observer is told.
+type StoreStateObserver interface {
+	StoreStateChanged(s StoreState, err error)
+}
+
 // StoreState returns the state of the Guard's store: StoreFailing while
 // new operations are refused at once because its calls kept failing, else
 // StoreOK. Guards over one RedisStore share the state.
 func (g *Guard) StoreState() StoreState {
-	return StoreOK
+	if g == nil || g.health == nil || !g.health.failing() {
+		return StoreOK
+	}
+	return StoreFailing
+}
+
+// Fail fast: a store whose calls keep failing is refused at once, as a
+// circuit breaker does (closed, open, half-open with one probe at a time).
+const (
+	// failRun is how many failures in a row make the store failing.
+	failRun = 3
+	// probeEvery is how long a failing store is left alone after a failed
+	// probe before the next call is let through as a probe.
+	probeEvery = 100 * time.Millisecond
+)
+
+// storeHealth keeps whether a store's calls are failing. A call asks admit
+// first and reports how it ended with report. The store fails when
+// failRun calls in a row failed, or when a call failed that was sent a
+// whole budget after the first of the failures in a row (it did not
+// answer for as long as any caller may wait); one answer ends it. While it
+// fails, admit refuses every call but one every probeEvery, the probe.
+type storeHealth struct {
+	open  atomic.Bool  // the store is failing
+	fails atomic.Int32 // failures in a row (read without the lock on the hot path)
+
+	mu        sync.Mutex
+	runStart  time.Time // when the first failure in a row was sent
+	since     time.Time // when the store started failing
+	nextProbe time.Time
+	probing   bool
+	last      error         // the last failure
+	back      chan struct{} // closed when a failing store answers again
+	watchers  []func(StoreState, error)
+	log       *slog.Logger
+}
+
+func newStoreHealth() *storeHealth { return &storeHealth{back: make(chan struct{})} }
+
+// failing reports whether the store is failing.
+func (h *storeHealth) failing() bool { return h.open.Load() }
+
+// answered returns a channel closed when the store, failing now, answers
+// again: nil when it is not failing.
+func (h *storeHealth) answered() <-chan struct{} {
+	if !h.open.Load() {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.open.Load() {
+		return nil
+	}
+	return h.back
+}
+
+// watch adds f to the functions told of every change of state.
+func (h *storeHealth) watch(f func(StoreState, error)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.watchers = append(h.watchers, f)
+}
+
+// failingError is the refusal of a call to a failing store.
+type failingError struct {
+	since time.Duration // how long the store has been failing
+	last  error         // its last failure
+}
+
+func (e *failingError) Error() string {
+	return fmt.Sprintf("idem: store unavailable: its calls keep failing (for %v), so calls are refused at once until one answers: %v",
+		e.since.Round(time.Millisecond), e.last)
+}
+
+func (e *failingError) Unwrap() error { return ErrStoreUnavailable }
+
+// admit reports whether a call may go to the store: nil, and probe set
+// when the call is the one probe of a failing store; a *failingError when
+// the store is failing and the call is refused.
+func (h *storeHealth) admit() (probe bool, err error) {
+	if !h.open.Load() {
+		return false, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch now := time.Now(); {
+	case !h.open.Load():
+		return false, nil
+	case h.probing || now.Before(h.nextProbe):
+		return false, &failingError{since: now.Sub(h.since), last: h.last}
+	}
+	h.probing = true
+	return true, nil
+}
+
+// callEnd is how a store call ended, for report.
+type callEnd int
+
+const (
+	callAnswered callEnd = iota // the store answered, whatever it said
+	callFailed                  // the store did not answer (timeout, connection)
+	callDropped                 // neither: the caller left, or the call never went out
+)
+
+// report tells h how a call it admitted (a probe if probe) ended: sent at
+// sent, by end, with err; budget is how long its caller waits for a call.
+func (h *storeHealth) report(probe bool, sent time.Time, end callEnd, err error, budget time.Duration) {
+	if end == callAnswered && !probe && h.fails.Load() == 0 && !h.open.Load() {
+		return // the hot path: answered, and nothing to undo
+	}
+	h.mu.Lock()
+	if probe {
+		h.probing = false
+	}
+	var changed bool
+	switch end {
+	case callAnswered:
+		h.fails.Store(0)
+		h.runStart = time.Time{}
+		if h.open.Load() {
+			h.open.Store(false)
+			close(h.back)
+			h.back = make(chan struct{})
+			changed = true
+		}
+	case callFailed:
+		n := h.fails.Add(1)
+		if h.runStart.IsZero() || sent.Before(h.runStart) {
+			h.runStart = sent
+		}
+		h.last = err
+		now := time.Now()
+		h.nextProbe = now.Add(probeEvery)
+		if !h.open.Load() && (n >= failRun || sent.Sub(h.runStart) >= budget || now.Sub(h.runStart) >= budget) {
+			h.open.Store(true)
+			h.since = now
+			changed = true
+		}
+	}
+	state, last, watchers, log := StoreOK, h.last, h.watchers, h.log
+	if h.open.Load() {
+		state = StoreFailing
+	}
+	h.mu.Unlock()
+	if changed {
+		h.told(state, last, watchers, log)
+	}
+}
+
+// told tells the watchers and the log of a change to state.
+func (h *storeHealth) told(state StoreState, last error, watchers []func(StoreState, error), log *slog.Logger) {
+	if log != nil {
+		if state == StoreFailing {
+			log.Warn("idem: the store's calls keep failing; new operations are refused at once until one answers", "event", "store_failing", "err", last)
+		} else {
+			log.Info("idem: the store answers again", "event", "store_ok")
+		}
+	}
+	var err error
+	if state == StoreFailing {
+		err = last
+	}
+	for _, f := range watchers {
+		f(state, err)
+	}
+}
+
+// healthStore is a store that keeps its health itself, so that every
+// Guard over it shares one view (RedisStore does, and Check reads it).
+type healthStore interface {
+	storeHealth() *storeHealth
+}
+
+// watchStoreState tells o of the changes of g's store state, when o wants
+// to know (StoreStateObserver).
+func (g *Guard) watchStoreState(o Observer) {
+	so, ok := o.(StoreStateObserver)
+	if !ok {
+		return
+	}
+	log := g.log
+	g.health.watch(func(s StoreState, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("idem: observer panicked", "event", "observer_panic", "panic", p)
+			}
+		}()
+		so.StoreStateChanged(s, err)
+	})
+}
+
+// endOf classifies how a store call that returned err ended, for report;
+// ctx is the caller's context.
+func endOf(ctx context.Context, err error) callEnd {
+	switch {
+	case err == nil:
+		return callAnswered
+	case ctx.Err() != nil:
+		return callDropped
+	}
+	return classify(err)
 }

@@ -5,67 +5,93 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
-// The store writes made after fn returned, completion and release, run
-// detached from the caller's context and bounded by the write timeout, so
-// that a caller giving up cannot void a result.
+// The store budget: every store call on a request's path waits at most the
+// Guard's store timeout (WithStoreTimeout), whatever the Redis client's own
+// timeouts and retries, and goes through fail-fast first (storeHealth).
 
-// release gives up a claim so that the next attempt runs again. Failures are
-// logged: the claim then lasts until its lease expires.
-func (g *Guard) release(ctx context.Context, id, owner string) {
-	err := g.bounded(ctx, func(ctx context.Context) error { return g.store.Release(ctx, id, owner) })
-	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		g.log.WarnContext(ctx, "idem: release failed; the key stays claimed until its lease expires", "event", "release_failed", "id", id, "err", err)
+// errWriteTimeout reports a store call that did not answer within the
+// Guard's store timeout (or, for a completion, its write timeout).
+var errWriteTimeout = errors.New("idem: the store did not answer in time")
+
+// storeCall runs f, one store call on a request's path, if fail-fast lets
+// it go out, and waits for it at most the store timeout. It returns when the
+// call was sent (the moment its lease is measured from), and a
+// *failingError when the call was refused and never sent.
+func storeCall[T any](ctx context.Context, g *Guard, f func(context.Context) (T, error)) (T, time.Time, error) {
+	probe, err := g.health.admit()
+	if err != nil {
+		var zero T
+		return zero, time.Time{}, err
 	}
+	sent := time.Now()
+	v, err := within(ctx, g, g.budget, false, f)
+	g.health.report(probe, sent, endOf(ctx, err), err, g.budget)
+	return v, sent, err
 }
 
-// errWriteTimeout reports a store write that did not answer within the
-// Guard's write timeout.
-var errWriteTimeout = errors.New("idem: the store did not answer within the write timeout")
-
 // bounded runs a store write detached from ctx's cancellation and waits for
-// it at most the write timeout (WithWriteTimeout). The call gets a context
-// with that deadline. A store whose client returns by the deadline (a
-// RedisStore on a go-redis client with ContextTimeoutEnabled) is called on
-// the caller's goroutine. Another may ignore it (go-redis does unless
-// ContextTimeoutEnabled is set): the call then runs on a goroutine of its
-// own, which is left to finish within the client's own timeouts when the
-// deadline passes, and bounded reports errWriteTimeout.
+// it at most the write timeout; see within.
 func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
-	if ctx.Done() != nil {
+	_, err := within(ctx, g, g.write, true, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, f(ctx)
+	})
+	return err
+}
+
+// within runs f, a store call, and waits for it at most d; f gets a context
+// with that deadline. With detach, f runs without ctx's cancellation (a
+// write after fn returned, which a caller giving up must not void);
+// otherwise the wait also ends when ctx does, with ctx's cause.
+//
+// A store whose client returns by its context's deadline (a RedisStore on a
+// go-redis client with ContextTimeoutEnabled) is called on the caller's
+// goroutine. Another may ignore the deadline (go-redis does unless
+// ContextTimeoutEnabled is set, and then retries past it): the call then
+// runs on a goroutine of its own, which is left to finish within the
+// client's own timeouts when the wait ends. A call not answered within d
+// returns an error wrapping errWriteTimeout.
+func within[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, f func(context.Context) (T, error)) (T, error) {
+	if detach && ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
 	if g.inlineWrites {
-		wctx, cancel := context.WithTimeout(ctx, g.write)
+		wctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		err := f(wctx)
-		if err != nil && wctx.Err() != nil {
-			return fmt.Errorf("%w: %w", errWriteTimeout, err)
+		v, err := f(wctx)
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", errWriteTimeout, err)
 		}
-		return err
+		return v, err
 	}
-	w := &boundedWrite{f: f}
-	w.ctx, w.cancel = context.WithTimeout(ctx, g.write)
-	go w.run()
-	<-w.ctx.Done() // the write's end cancels it too
-	if w.done.Load() {
-		return w.err
+	c := &boundedCall[T]{f: f}
+	c.ctx, c.cancel = context.WithTimeout(ctx, d)
+	go c.run()
+	<-c.ctx.Done() // the call's end cancels it too
+	if c.done.Load() {
+		return c.v, c.err
 	}
-	return errWriteTimeout
+	var zero T
+	if ctx.Err() != nil {
+		return zero, context.Cause(ctx)
+	}
+	return zero, errWriteTimeout
 }
 
-// boundedWrite is a store write run by bounded.
-type boundedWrite struct {
-	f      func(ctx context.Context) error
+// boundedCall is a store call run by within on a goroutine of its own.
+type boundedCall[T any] struct {
+	f      func(context.Context) (T, error)
 	ctx    context.Context
 	cancel context.CancelFunc
+	v      T
 	err    error
-	done   atomic.Bool // err is set
+	done   atomic.Bool // v and err are set
 }
 
-func (w *boundedWrite) run() {
-	w.err = w.f(w.ctx)
-	w.done.Store(true)
-	w.cancel()
+func (c *boundedCall[T]) run() {
+	c.v, c.err = c.f(c.ctx)
+	c.done.Store(true)
+	c.cancel()
 }

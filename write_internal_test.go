@@ -79,10 +79,11 @@ func TestReleaseFailureLogged(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var buf bytes.Buffer
 			g := &Guard{
-				store: releaseStore{err: c.err}, write: time.Second, inlineWrites: true,
-				log: slog.New(slog.NewTextHandler(&buf, nil)),
+				store: releaseStore{err: c.err}, write: time.Second, budget: time.Second, inlineWrites: true,
+				log: slog.New(slog.NewTextHandler(&buf, nil)), health: newStoreHealth(),
 			}
-			g.release(context.Background(), "id", "owner")
+			g.release(context.Background(), "id", "owner", time.Now())
+			require.NoError(t, g.Drain(t.Context()))
 			if !c.logged {
 				require.Empty(t, buf.String())
 				return

@@ -45,6 +45,23 @@ type Store interface {
 	Release(ctx context.Context, id, owner string) error
 }
 
+// Unclaimer is implemented by stores that can take a claim back: undo a
+// claim whose attempt never acted, so that the next attempt gets the fence
+// this one had (Attempt.Fence counts the attempts that may have acted). The
+// engine calls it for a claim whose answer never came (it may still reach
+// the store later), a claim whose lease could not be confirmed, and an
+// attempt that called Attempt.Release; a store without it gets Release.
+type Unclaimer interface {
+	// Unclaim drops owner's claim as Release does and takes back its
+	// fence: the record's fence goes back by one (a record the claim
+	// created, with no checkpoints, is deleted). Whatever it finds, a
+	// claim of owner that reaches the store within lease after Unclaim
+	// must be refused (reported busy), since it may be a copy of the claim
+	// still on its way. Unclaim of a record owner does not hold changes no
+	// record and returns nil.
+	Unclaim(ctx context.Context, id, owner string, lease time.Duration) error
+}
+
 // Reader is implemented by stores that can read a record back, for tests
 // and operators; the engine never reads a record apart from a claim.
 type Reader interface {

@@ -31,6 +31,9 @@
 -- plain caller, a plain record met by a keyed caller) can be neither verified nor opened.
 -- ClaimRequest.MatchFingerprint is the same rule in Go.
 --
+-- The lease key may hold a tombstone, "~OWNER~" (unclaim.lua): no lease, but a claim by an
+-- owner it names is refused as busy (a copy of a claim taken back, reaching the server late).
+--
 -- Returns one of
 --   {1, fence, checkpoints}  claimed; also when ARGV[1] already owns the record (a re-sent
 --                            claim), whose lease is then renewed
@@ -44,8 +47,12 @@
 -- The paths are ordered by frequency: a fresh key, then a replay, then the rest.
 local v = redis.call('GET', KEYS[1])
 if not v then
-  if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3]) then
-    return {3, math.max(redis.call('PTTL', KEYS[2]), 1)}
+  local l = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3], 'GET')
+  if l then
+    if string.byte(l, 1) ~= 126 or string.find(l, '~' .. ARGV[1] .. '~', 1, true) then
+      return {3, math.max(redis.call('PTTL', KEYS[2]), 1)}
+    end
+    redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3]) -- over another's tombstone
   end
   redis.call('SET', KEYS[1], '1P|1|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|', 'PX', ARGV[4])
   return {1, 1, ''}
@@ -102,16 +109,20 @@ if owner == ARGV[1] then
   -- A re-sent claim. The lease may have expired since the first run of this
   -- script; nobody took over (the record is still the caller's), so renew it.
   local l = redis.call('GET', KEYS[2])
-  if l and l ~= ARGV[1] then
-    return {3, redis.call('PTTL', KEYS[2])}
+  if l and l ~= ARGV[1] and (string.byte(l, 1) ~= 126 or string.find(l, '~' .. ARGV[1] .. '~', 1, true)) then
+    return {3, math.max(redis.call('PTTL', KEYS[2]), 1)}
   end
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
   return {1, tonumber(f), cps}
 end
-local ttl = redis.call('PTTL', KEYS[2])
-if ttl > 0 or ttl == -1 then
-  if ttl == -1 then ttl = tonumber(ARGV[3]) end
-  return {3, ttl}
+-- A tombstone (see unclaim.lua) is no lease, except to the claim it refuses.
+local l = redis.call('GET', KEYS[2])
+if l and (string.byte(l, 1) ~= 126 or string.find(l, '~' .. ARGV[1] .. '~', 1, true)) then
+  local ttl = redis.call('PTTL', KEYS[2])
+  if ttl > 0 or ttl == -1 then
+    if ttl == -1 then ttl = tonumber(ARGV[3]) end
+    return {3, ttl}
+  end
 end
 -- The lease is gone, or in its last millisecond (PTTL 0): its holder gave
 -- it up a tenth of the lease ago by its own clock. Take over, keeping the
