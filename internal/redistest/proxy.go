@@ -90,7 +90,9 @@ func (p *Proxy) DelayReplies(match Matcher, d time.Duration, n int) (delayed fun
 // Freeze stops forwarding bytes in both directions: connections stay open
 // (new ones are accepted), what either side writes waits in the proxy, and
 // no command reaches the server or is answered, as when the network between
-// them partitions. Thaw forwards what waited, in order.
+// them partitions. Thaw forwards what waited, in order: a command written
+// by a client that gave up and closed its connection meanwhile still
+// reaches the server, as it would over TCP.
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -234,7 +236,8 @@ func (p *Proxy) pump(dst net.Conn, in <-chan timed) {
 func (p *Proxy) upstream(client, server net.Conn, pending chan<- time.Duration) {
 	defer p.wg.Done()
 	out := make(chan timed, 1024)
-	go p.pump(server, out)
+	drained := make(chan struct{})
+	go func() { p.pump(server, out); close(drained) }()
 	defer close(out)
 	defer close(pending)
 	var buf []byte
@@ -264,6 +267,14 @@ func (p *Proxy) upstream(client, server net.Conn, pending chan<- time.Duration) 
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				_ = client.Close()
+			}
+			if p.hold.Load() != nil {
+				// Frozen: what the client wrote before it went is on its
+				// way, as over TCP; the server gets it, then the close,
+				// once the proxy thaws.
+				p.wg.Add(1)
+				go func() { defer p.wg.Done(); <-drained; _ = server.Close() }()
+				return
 			}
 			_ = server.Close()
 			return

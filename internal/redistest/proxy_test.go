@@ -73,3 +73,25 @@ func TestProxyFreeze(t *testing.T) {
 	p.Thaw() // without Freeze: nothing
 	require.NoError(t, c.Set(ctx, key, "w", 0).Err())
 }
+
+// TestProxyFreezeClientGone: a command sent through a frozen proxy by a
+// client that then gave up and closed its connection still reaches the
+// server once the proxy thaws, as over TCP.
+func TestProxyFreezeClientGone(t *testing.T) {
+	ctx := context.Background()
+	s := Shared(t)
+	key := Prefix(t) + ":k"
+	p := StartProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	require.NoError(t, c.Ping(ctx).Err())
+
+	p.Freeze()
+	require.Error(t, c.Set(ctx, key, "v", 0).Err(), "no answer through a frozen proxy")
+	require.NoError(t, c.Close())
+	watch := s.Client(t)
+	require.Equal(t, redis.Nil, watch.Get(ctx, key).Err())
+
+	p.Thaw()
+	require.Eventually(t, func() bool { return watch.Get(ctx, key).Val() == "v" }, 10*time.Second, 5*time.Millisecond,
+		"the SET reached the server after the thaw")
+}
