@@ -121,8 +121,15 @@ func buildIdem(ctx context.Context, dir string) (string, error) {
 	if raceBuild {
 		args = append(args, "-race")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, "github.com/idemkit/idem/cmd/idem")...)
-	cmd.Dir = ".."
+	// cmd/idem is a module of its own; its go.work names the repository's
+	// folders.
+	work, err := filepath.Abs("../cmd/idem/go.work")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
+	cmd.Dir = "../cmd/idem"
+	cmd.Env = append(os.Environ(), "GOWORK="+work)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build cmd/idem: %w: %s", err, out)
 	}

@@ -19,11 +19,14 @@
 //
 // api compares every released module's exported API with the baseline of
 // the last release in api/VERSION/ and fails on an incompatible change that
-// CHANGELOG.md does not name above that release's section. With -write V it
-// writes the baseline of V instead.
+// CHANGELOG.md does not name above that release's section; a module of
+// commands only (cmd/idem) has none. With -write V it writes the baseline
+// of V instead.
 //
 // prepare V makes the checkout ready to tag V: it requires every module of
-// the repository at V, tidies every module, checks that CHANGELOG.md has a
+// the repository at V, tidies every module (a module of commands, whose
+// go.mod has no replace directive, with the replaces of its siblings while
+// tidy runs), checks that CHANGELOG.md has a
 // dated section for V, compares the API with the last baseline and writes
 // V's, runs the release check, and prints the tags to push. It pushes
 // nothing and commits nothing. tags V prints the tags alone.
@@ -164,6 +167,9 @@ func compareAPI(root string, mods []*repoModule) error {
 	fset := token.NewFileSet()
 	var all, missing []apiBreak
 	for _, m := range releasedModules(mods) {
+		if m.Command {
+			continue // commands only: no API
+		}
 		old, err := readAPI(fset, filepath.Join(dir, baselineFile(m)+".zip"))
 		if errors.Is(err, os.ErrNotExist) {
 			fmt.Printf("api: %s is new since %s\n", m.Path, version)
@@ -211,6 +217,9 @@ func writeBaseline(root string, mods []*repoModule, version string) error {
 	}
 	fset := token.NewFileSet()
 	for _, m := range releasedModules(mods) {
+		if m.Command {
+			continue // commands only: no API
+		}
 		a, err := loadAPI(fset, m.Dir)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.Rel, err)
@@ -255,6 +264,12 @@ func prepare(ctx context.Context, root string, mods []*repoModule, version strin
 		return err
 	}
 	for _, m := range mods {
+		if m.Command {
+			if err := tidyCommand(ctx, m, mods); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := goIn(ctx, m.Dir, "mod", "tidy"); err != nil {
 			return fmt.Errorf("%s: %w", m.Rel, err)
 		}

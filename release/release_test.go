@@ -26,26 +26,33 @@ func writeTree(t *testing.T, files map[string]string) string {
 }
 
 // repo is a small copy of the repository's layout: the core with a library
-// package and the command, one contrib module that requires the core, and
-// the benchmarks, which are not released.
+// package, the command in a module of its own (no replace directive: its
+// go.work names the core's folder), one contrib module that requires the
+// core, and the benchmarks, which are not released.
 func repo(contribRequire string) map[string]string {
 	return map[string]string{
-		"go.mod":    "module github.com/idemkit/idem\n\ngo 1.26.0\n",
-		"LICENSE":   "license\n",
-		"README.md": "# idem\n\n```sh\ngo get github.com/idemkit/idem   # the core\n```\n",
-		"idem.go":   "// Package idem greets.\npackage idem\n\n// Hello greets.\nfunc Hello() string { return \"hello\" }\n",
+		"go.mod":             "module github.com/idemkit/idem\n\ngo 1.26.0\n",
+		"LICENSE":            "license\n",
+		"README.md":          "# idem\n\n```sh\ngo get github.com/idemkit/idem   # the core\n```\n",
+		"idem.go":            "// Package idem greets.\npackage idem\n\n// Hello greets.\nfunc Hello() string { return \"hello\" }\n",
+		"cmd/idem/go.mod":    "module github.com/idemkit/idem/cmd/idem\n\ngo 1.26.0\n\nrequire github.com/idemkit/idem " + contribRequire + "\n",
+		"cmd/idem/go.work":   "go 1.26.0\n\nuse .\n\nreplace github.com/idemkit/idem => ../..\n",
+		"cmd/idem/LICENSE":   "license\n",
+		"cmd/idem/README.md": "```sh\ngo install github.com/idemkit/idem/cmd/idem@latest\n```\n",
 		"cmd/idem/main.go": `package main
 
 import (
 	"fmt"
 	"os"
 	"runtime/debug"
+
+	"github.com/idemkit/idem"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "version" {
 		bi, _ := debug.ReadBuildInfo()
-		fmt.Println("idem", bi.Main.Version)
+		fmt.Println("idem", bi.Main.Version, idem.Hello())
 	}
 }
 `,
@@ -106,6 +113,39 @@ func TestCheckModulesLicense(t *testing.T) {
 	}
 }
 
+// TestCommandModule: a module of commands is told from the others; a
+// replace directive in it is refused, since go install PATH@VERSION would
+// refuse it; it has no API to compare.
+func TestCommandModule(t *testing.T) {
+	files := repo("v0.1.0")
+	files["cmd/idem/go.mod"] += "\nreplace github.com/idemkit/idem => ../..\n"
+	root := writeTree(t, files)
+	mods, err := loadRepo(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commands []string
+	for _, m := range mods {
+		if m.Command {
+			commands = append(commands, m.Rel)
+		}
+	}
+	if strings.Join(commands, " ") != "cmd/idem" {
+		t.Fatalf("command modules = %v, want cmd/idem alone", commands)
+	}
+	err = checkModules(mods, "v0.1.0")
+	if err == nil || !strings.Contains(err.Error(), "cmd/idem/go.mod has a replace or exclude directive, which go install github.com/idemkit/idem/cmd/idem@v0.1.0 refuses") {
+		t.Fatalf("checkModules = %v, want the replace in cmd/idem refused", err)
+	}
+	os.MkdirAll(filepath.Join(root, "api", "v0.1.0"), 0o755)
+	if err := writeBaseline(root, mods, "v0.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "api", "v0.1.0", "cmd-idem.zip")); !os.IsNotExist(err) {
+		t.Errorf("a baseline was written for cmd/idem: %v", err)
+	}
+}
+
 func TestReleasedAndTags(t *testing.T) {
 	mods, err := loadRepo(writeTree(t, repo("v0.1.0")))
 	if err != nil {
@@ -115,8 +155,8 @@ func TestReleasedAndTags(t *testing.T) {
 	for _, m := range releasedModules(mods) {
 		got = append(got, m.tag("v0.1.0"))
 	}
-	if strings.Join(got, " ") != "v0.1.0 contrib/x/v0.1.0" {
-		t.Fatalf("tags = %v, want the root's and contrib/x's, not bench's", got)
+	if strings.Join(got, " ") != "v0.1.0 cmd/idem/v0.1.0 contrib/x/v0.1.0" {
+		t.Fatalf("tags = %v, want the root's, cmd/idem's and contrib/x's, not bench's", got)
 	}
 }
 
@@ -144,8 +184,8 @@ func TestCheckInstalls(t *testing.T) {
 	for _, want := range []string{
 		"sh -c go get github.com/idemkit/idem   # the core",
 		"sh -c go get github.com/idemkit/idem/contrib/x",
-		"built a program importing 2 packages of 2 modules",
-		"idem v0.1.0",
+		"built a program importing 2 packages of 3 modules",
+		"idem v0.1.0 hello",
 		"release check: ok",
 	} {
 		if !strings.Contains(string(log), want) {

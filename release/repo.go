@@ -23,6 +23,8 @@ type repoModule struct {
 	Dir  string        // absolute folder
 	Rel  string        // folder relative to the repository root, "." for the root
 	File *modfile.File // its go.mod
+	// Command: the module holds commands only (command.go).
+	Command bool
 }
 
 // released reports whether m is tagged and published.
@@ -68,7 +70,11 @@ func loadRepo(root string) ([]*repoModule, error) {
 		}
 		dir := filepath.Dir(path)
 		rel, _ := filepath.Rel(root, dir)
-		mods = append(mods, &repoModule{Path: f.Module.Mod.Path, Dir: dir, Rel: filepath.ToSlash(rel), File: f})
+		command, err := commandsOnly(dir)
+		if err != nil {
+			return err
+		}
+		mods = append(mods, &repoModule{Path: f.Module.Mod.Path, Dir: dir, Rel: filepath.ToSlash(rel), File: f, Command: command})
 		return nil
 	})
 	if err != nil {
@@ -132,7 +138,9 @@ func requiredVersion(mods []*repoModule) (string, error) {
 // checkModules reports every reason the modules cannot be released at
 // version: a requirement of a sibling at another version (a pseudo-version
 // above all, which no proxy serves), a replacement that does not point at
-// the sibling's folder, a released module without its LICENSE.
+// the sibling's folder, a replace or exclude directive in a command module
+// (go install PATH@VERSION refuses it), a released module without its
+// LICENSE.
 func checkModules(mods []*repoModule, version string) error {
 	by := siblings(mods)
 	var errs []error
@@ -159,6 +167,9 @@ func checkModules(mods []*repoModule, version string) error {
 		}
 		if !m.released() {
 			continue
+		}
+		if m.Command && (len(m.File.Replace) > 0 || len(m.File.Exclude) > 0) {
+			errs = append(errs, fmt.Errorf("%s/go.mod has a replace or exclude directive, which go install %s@%s refuses: name the repository's folders in %s/go.work instead", m.Rel, m.Path, version, m.Rel))
 		}
 		if _, err := os.Stat(filepath.Join(m.Dir, "LICENSE")); err != nil {
 			errs = append(errs, fmt.Errorf("%s has no LICENSE: its module zip would carry none, and pkg.go.dev shows no documentation for it", m.Rel))

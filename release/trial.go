@@ -198,6 +198,9 @@ func readmeGoGets(file string) ([]string, error) {
 // libraryPackages returns the import paths of m's packages that another
 // module can import: not main, not internal.
 func libraryPackages(ctx context.Context, m *repoModule) ([]string, error) {
+	if m.Command {
+		return nil, nil
+	}
 	cmd := exec.CommandContext(ctx, "go", "list", "-e", "-f", "{{if and .GoFiles (ne .Name \"main\")}}{{.ImportPath}}{{end}}", "./...")
 	cmd.Dir = m.Dir
 	cmd.Env = append(os.Environ(), "GOWORK=off")

@@ -65,12 +65,13 @@
 // error, serves /healthz and /readyz on -admin, and on SIGTERM or SIGINT lets
 // in-flight requests finish for up to -shutdown-timeout.
 //
-// version (also -version, --version) prints the version of idem's module in
-// the binary and the Go version that built it, on one line: "idem v0.1.0
-// go1.26.8" when installed with go install
-// github.com/idemkit/idem/cmd/idem@v0.1.0, or run with go run from a module
-// that requires idem v0.1.0; "(devel)" for a build in idem's repository. It
-// takes no Redis.
+// version (also -version, --version) prints the version of the command's
+// module, github.com/idemkit/idem/cmd/idem, in the binary and the Go
+// version that built it, on one line: "idem v0.1.0 go1.26.8" when installed
+// with go install github.com/idemkit/idem/cmd/idem@v0.1.0, or run as a tool
+// of a module that requires it at v0.1.0 (go get -tool
+// github.com/idemkit/idem/cmd/idem@v0.1.0, then go tool idem); "(devel)"
+// for a build in idem's repository. It takes no Redis.
 //
 // URL is one of
 //

@@ -7,8 +7,8 @@ import (
 	"runtime/debug"
 )
 
-// module is the module of the idem command.
-const module = "github.com/idemkit/idem"
+// module is the module of the idem command, a module of its own.
+const module = "github.com/idemkit/idem/cmd/idem"
 
 // printVersion writes the version line of idem version.
 func printVersion(w io.Writer) {
@@ -19,11 +19,12 @@ func printVersion(w io.Writer) {
 	fmt.Fprintln(w, versionLine(bi))
 }
 
-// versionLine returns "idem VERSION GOVERSION": the version of idem's module
-// in the binary (the main module's when the binary was built in idem's
-// repository or installed with go install; the required one when it was
-// built from another module with go run or go build), "(devel)" when the
-// build recorded none, and the Go version that built it.
+// versionLine returns "idem VERSION GOVERSION": the version of the
+// command's module in the binary (the main module's when the binary was
+// built in idem's repository or installed with go install; the required
+// one when it was built from another module, as a tool of that module or
+// with go run or go build), "(devel)" when the build recorded none, and the
+// Go version that built it.
 func versionLine(bi *debug.BuildInfo) string {
 	version, goVersion := "(devel)", runtime.Version()
 	if bi == nil {

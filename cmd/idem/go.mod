@@ -1,0 +1,16 @@
+module github.com/idemkit/idem/cmd/idem
+
+go 1.26.0
+
+require (
+	github.com/idemkit/idem v0.1.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
