@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idem"
 )
 
-var _ = register("proxy", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
+var _ = registerServer("proxy", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
 	p := registerProxyFlags(fs)
 	return func(ctx context.Context, e *env) error { return proxyCmd(ctx, e, p) }, true
 })
@@ -40,6 +40,7 @@ type proxyFlags struct {
 
 func registerProxyFlags(fs *flag.FlagSet) *proxyFlags {
 	p := &proxyFlags{}
+	fs.Lookup("timeout").Usage = "how long, `D`, the check of Redis at start may take (then the proxy exits 1)"
 	fs.StringVar(&p.listen, "listen", "", "`ADDR` to serve on, host:port (required)")
 	fs.StringVar(&p.upstream, "upstream", "", "`URL` of the upstream, http:// or https:// (required)")
 	fs.StringVar(&p.admin, "admin", "", "`ADDR` of the admin listener: /healthz (alive), /readyz (Redis passes idem's check); none by default")
@@ -146,6 +147,9 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 			ln.Close()
 			return err
 		}
+	}
+	for _, name := range e.strayEnv {
+		log.Warn("idem proxy: "+name+" is set but names no flag; ignored (misspelt?)", "event", "unknown_variable", "variable", name)
 	}
 	if p.scopeHeader == "" {
 		log.Warn("idem proxy: no -scope-header: all clients share one key space, and a client that sends another's key gets that client's stored response; set -scope-header to a header an authenticating layer in front sets", "event", "unscoped")

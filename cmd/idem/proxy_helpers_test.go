@@ -80,11 +80,18 @@ type proxyRun struct {
 // waits until it serves.
 func startProxy(t *testing.T, args ...string) *proxyRun {
 	t.Helper()
+	return startCommand(t, append([]string{"proxy", "-listen", "127.0.0.1:0"}, args...)...)
+}
+
+// startCommand runs the command line args, a proxy, and waits until it
+// serves.
+func startCommand(t *testing.T, args ...string) *proxyRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &logSink{}
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, append([]string{"proxy", "-listen", "127.0.0.1:0"}, args...), io.Discard, logs)
+		done <- run(ctx, args, io.Discard, logs)
 	}()
 	p := &proxyRun{logs: logs}
 	var once sync.Once
