@@ -8,6 +8,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
@@ -24,6 +25,14 @@ func forEachRedis(t *testing.T, f func(t *testing.T, addr string)) {
 
 // miniredisAddr starts a miniredis for t and returns its address.
 func miniredisAddr(t *testing.T) string { return miniredis.RunT(t).Addr() }
+
+// newRedisClient returns a client of the Redis at addr, closed when t ends.
+func newRedisClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
 
 // instance is one Lambda instance: a Redis client of its own, made once, a
 // store that can be taken down and a Guard on it.
