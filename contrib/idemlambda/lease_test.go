@@ -15,7 +15,8 @@ import (
 )
 
 func TestLeaseContextWithoutDeadline(t *testing.T) {
-	ctx := context.WithValue(context.Background(), struct{}{}, "v")
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, "v")
 	require.Equal(t, ctx, idemlambda.LeaseContext(ctx), "no deadline, no invocation: the Guard's lease")
 }
 
