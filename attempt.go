@@ -122,13 +122,21 @@ func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) err
 
 // checkpoint saves the value within the store timeout, through fail-fast.
 func (a *Attempt) checkpoint(ctx context.Context, name string, value []byte) error {
-	if a.g == nil {
+	g := a.g
+	switch {
+	case g == nil:
 		return a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
+	case !g.inlineWrites:
+		_, _, err := storeCall(ctx, g, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
+		})
+		return err
 	}
-	_, _, err := storeCall(ctx, a.g, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
-	})
-	return err
+	c, err := g.begin(ctx, g.budget, false)
+	if err != nil {
+		return err
+	}
+	return g.end(&c, a.store.Checkpoint(c.ctx, a.ID, a.owner, name, value))
 }
 
 // Checkpoints returns a copy of the checkpoints saved by earlier attempts and

@@ -108,7 +108,7 @@ func firstAttemptFails(t *testing.T, mw func(http.Handler) http.Handler, key str
 		a, ok := idem.AttemptFrom(r.Context())
 		require.True(t, ok)
 		*fences = append(*fences, a.Fence)
-		if a.Fence == 1 {
+		if len(*fences) == 1 {
 			mark(a)
 			http.Error(w, "upstream failed", http.StatusBadGateway)
 			return

@@ -76,36 +76,17 @@ const (
 	retryMax   = 200 * time.Millisecond
 )
 
-// storeWrite tries f, a store write about the operation id, within the budget
-// d, and returns its error. A write that fail-fast refused or that did not
-// answer (fail-fast's callFailed) goes on in the background until the store
-// answers or until, and then reports to settled (if not nil); write then
-// returns errPending wrapping the first try's error.
-func (g *Guard) storeWrite(ctx context.Context, d time.Duration, until time.Time, f func(context.Context) error, settled func(error)) error {
-	err := g.tryWrite(ctx, d, f)
-	if err == nil || classify(err) == callAnswered {
-		return err
-	}
+// later goes on with the write w in the background: it tries it again
+// until the store answers or until passes, and logs how it ended.
+func (g *Guard) later(ctx context.Context, w settleWrite, until time.Time) {
 	g.pending.add()
-	go g.retryWrite(context.WithoutCancel(ctx), until, f, settled)
-	return &pendingError{first: err}
+	go g.retry(context.WithoutCancel(ctx), w, until)
 }
 
-// tryWrite runs f once, detached from ctx's cancellation, if fail-fast lets
-// it go out, waiting at most d.
-func (g *Guard) tryWrite(ctx context.Context, d time.Duration, f func(context.Context) error) error {
-	probe, err := g.health.admit()
-	if err != nil {
-		return err
-	}
-	sent := time.Now()
-	_, err = within(ctx, g, d, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
-	g.health.report(probe, sent, endOf(context.Background(), err), err, g.budget)
-	return err
-}
-
-// retryWrite tries f again until the store answers or until passes.
-func (g *Guard) retryWrite(ctx context.Context, until time.Time, f func(context.Context) error, settled func(error)) {
+// retry tries w again until the store answers or until passes, pausing
+// retryFirst, then twice as long each time up to retryMax, or until a
+// failing store answers again.
+func (g *Guard) retry(ctx context.Context, w settleWrite, until time.Time) {
 	defer g.pending.done()
 	delay := retryFirst
 	t := time.NewTimer(delay)
@@ -115,11 +96,9 @@ func (g *Guard) retryWrite(ctx context.Context, until time.Time, f func(context.
 		case <-t.C:
 		case <-g.health.answered(): // nil, and never ready, unless failing
 		}
-		err := g.tryWrite(ctx, g.budget, f)
+		err := g.writeOnce(ctx, g.budget, w)
 		if err == nil || classify(err) == callAnswered || !time.Now().Before(until) {
-			if settled != nil {
-				settled(err)
-			}
+			g.settled(ctx, &w, err)
 			return
 		}
 		delay = min(2*delay, retryMax)

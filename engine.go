@@ -29,8 +29,6 @@ type op struct {
 	retention time.Duration
 }
 
-// id returns the operation's id (Attempt.ID); see operationID.
-func (o op) id() string { return operationID(o.kind, o.scope, o.key) }
 
 // runFunc is what the engine runs as the owner of a claim. It returns the
 // payload to store and whether to store it; false releases the claim, so
@@ -114,8 +112,7 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	if err := wire.ValidKey(o.key); err != nil {
 		return outcome{}, err
 	}
-	id := o.id()
-	owner := newToken()
+	id, owner := idAndToken(o)
 	lease, end := g.leaseFor(ctx)
 	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: lease, TTL: lease + g.retentionOf(o)}
 	var deadline time.Time
@@ -126,9 +123,7 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	defer w.close()
 	for {
 		t := o.obs.now()
-		res, sent, err := storeCall(ctx, g, func(ctx context.Context) (idemstore.ClaimResult, error) {
-			return g.store.Claim(ctx, id, req)
-		})
+		res, sent, err := g.claim(ctx, id, req)
 		o.obs.storeSince(t)
 		o.obs.claimed(id, res.Fence)
 		if err != nil {
@@ -166,6 +161,21 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 			return outcome{}, fmt.Errorf("%w: claim returned unknown status %d", ErrStoreUnavailable, res.Status)
 		}
 	}
+}
+
+// claim sends one claim within the store timeout; see storeCall.
+func (g *Guard) claim(ctx context.Context, id string, req idemstore.ClaimRequest) (idemstore.ClaimResult, time.Time, error) {
+	if !g.inlineWrites {
+		return storeCall(ctx, g, func(ctx context.Context) (idemstore.ClaimResult, error) {
+			return g.store.Claim(ctx, id, req)
+		})
+	}
+	c, err := g.begin(ctx, g.budget, false)
+	if err != nil {
+		return idemstore.ClaimResult{}, time.Time{}, err
+	}
+	res, err := g.store.Claim(c.ctx, id, req)
+	return res, c.sent, g.end(&c, err)
 }
 
 // outcomeOf names how an operation ended, from what exec returned: out and
@@ -290,7 +300,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, lt leaseTerms, 
 			if a.abandoned.Load() { // an abandoned attempt keeps its claim
 				o.obs.end(OutcomeAbandoned, nil)
 			} else {
-				g.settle(ctx, a, hold.valid)
+				g.giveUp(ctx, a, hold.valid)
 			}
 		}
 	}()
@@ -308,7 +318,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, lt leaseTerms, 
 	t = o.obs.now()
 	defer o.obs.storeSince(t)
 	if !keep || a.released.Load() {
-		g.settle(ctx, a, hold.valid)
+		g.giveUp(ctx, a, hold.valid)
 		return out, nil
 	}
 	cerr := g.complete(ctx, o, a, payload, hold.valid)

@@ -28,6 +28,11 @@ type cannedStore struct {
 	payload atomic.Pointer[[]byte]
 }
 
+// ReturnsByDeadline implements idemstore.DeadlineAware: the store answers at
+// once, as a Redis client with ContextTimeoutEnabled returns by the
+// deadline, so the Guard calls it on the caller's goroutine.
+func (s *cannedStore) ReturnsByDeadline() bool { return true }
+
 func (s *cannedStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
 	if p := s.payload.Load(); s.replay && p != nil {
 		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Payload: *p}, nil

@@ -715,10 +715,12 @@ func TestMiddlewareNotRecordedIsLogged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		log, logged := recordingLogger()
 		app := newTestApp()
-		h := idem.New(&failingStore{Store: b.store(), complete: true}, idem.WithLogger(log)).Middleware()(app)
-		rec := serve(h, req{key: "k"})
+		g := idem.New(&failingStore{Store: b.store(), complete: true}, idem.WithLogger(log), idem.WithLease(200*time.Millisecond))
+		rec := serve(g.Middleware()(app), req{key: "k"})
 		require.Equal(t, http.StatusCreated, rec.Code)
 		require.Empty(t, rec.Header().Values(idem.ReplayedHeader))
+		require.Contains(t, logged(), "event=result_pending")
+		require.NoError(t, g.Drain(t.Context())) // tried until the lease ends
 		require.Contains(t, logged(), "level=ERROR")
 		require.Contains(t, logged(), "not recorded")
 	})

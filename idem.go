@@ -229,8 +229,8 @@ func New(store idemstore.Store, opts ...Option) *Guard {
 		ss := newSealedStore(g.store, g.sealer, g.log, defaultWriteTimeout)
 		g.store, g.fingerprintKeyIDs = ss, ss.keyIDs()
 	}
-	if d, ok := g.store.(deadlineStore); ok {
-		g.inlineWrites = d.honoursDeadlines()
+	if d, ok := g.store.(idemstore.DeadlineAware); ok {
+		g.inlineWrites = d.ReturnsByDeadline()
 	}
 	if hs, ok := g.store.(healthStore); ok && hs.storeHealth() != nil {
 		g.health = hs.storeHealth()

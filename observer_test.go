@@ -194,11 +194,20 @@ func TestObserverStoreFaults(t *testing.T) {
 	obs := &recObserver{}
 	log, logged := recordingLogger()
 	st := &faultyStore{Store: idemtest.NewMemoryStore(), fail: map[string]error{"Complete": errors.New("connection reset")}}
-	g := idem.New(st, idem.WithObserver(obs), idem.WithLogger(log))
+	g := idem.New(st, idem.WithObserver(obs), idem.WithLogger(log), idem.WithLease(200*time.Millisecond))
 	_, err := idem.Do(ctx, g, "k", "req", okFn("r"))
 	require.ErrorIs(t, err, idem.ErrNotRecorded)
-	require.Equal(t, idem.OutcomeNotRecorded, obs.last(t).Outcome)
+	require.Equal(t, idem.OutcomeRecording, obs.last(t).Outcome, "the completion goes on in the background")
+	require.Contains(t, logged(), "event=result_pending")
+	require.NoError(t, g.Drain(ctx)) // tried until the lease ends
 	require.Contains(t, logged(), "event=result_not_recorded")
+
+	// The store's failures made it failing for g: a new Guard.
+	st.fail = map[string]error{"Complete": idem.ErrLeaseLost}
+	g = idem.New(st, idem.WithObserver(obs), idem.WithLogger(log))
+	_, err = idem.Do(ctx, g, "k1", "req", okFn("r"))
+	require.ErrorIs(t, err, idem.ErrNotRecorded)
+	require.Equal(t, idem.OutcomeLeaseLost, obs.last(t).Outcome)
 
 	st.fail = map[string]error{"Heartbeat": idem.ErrLeaseLost}
 	g = idem.New(st, idem.WithObserver(obs), idem.WithLogger(log), idem.WithLease(30*time.Millisecond))

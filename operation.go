@@ -75,11 +75,34 @@ const (
 // key out of another's key space and gives every Redis key of the operation
 // one hash tag.
 func operationID(kind Kind, scope, key string) string {
+	var out [idLen]byte
+	return string(appendOperationID(out[:0], kind, scope, key))
+}
+
+// idLen is the length of an operation's id, tokenLen of an owner token.
+const (
+	idLen    = 22
+	tokenLen = 8
+)
+
+// appendOperationID appends the id of the operation of kind, scope and key
+// to b; see operationID.
+func appendOperationID(b []byte, kind Kind, scope, key string) []byte {
 	var buf [128]byte
-	b := append(buf[:0], kind.namespace())
-	b = binary.BigEndian.AppendUint64(b, uint64(len(scope)))
-	b = append(b, scope...)
-	b = append(b, key...)
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	h := append(buf[:0], kind.namespace())
+	h = binary.BigEndian.AppendUint64(h, uint64(len(scope)))
+	h = append(h, scope...)
+	h = append(h, key...)
+	sum := sha256.Sum256(h)
+	return base64.RawURLEncoding.AppendEncode(b, sum[:16])
+}
+
+// idAndToken returns the id of the operation o and a fresh owner token
+// (newToken), made in one allocation.
+func idAndToken(o op) (id, owner string) {
+	var out [idLen + tokenLen]byte
+	b := appendOperationID(out[:0], o.kind, o.scope, o.key)
+	b = appendToken(b)
+	s := string(b)
+	return s[:idLen], s[idLen:]
 }

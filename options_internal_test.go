@@ -13,17 +13,21 @@ import (
 func TestGuardOptionBounds(t *testing.T) {
 	s := &busyStore{}
 	for _, d := range []time.Duration{0, -time.Second} {
-		g := New(s, WithLease(d), WithRetention(d), WithWriteTimeout(d), WithWait(d))
+		g := New(s, WithLease(d), WithRetention(d), WithWriteTimeout(d), WithStoreTimeout(d), WithWait(d))
 		require.Equal(t, defaultLease, g.lease, "lease %v", d)
 		require.Equal(t, defaultRetention, g.retention, "retention %v", d)
-		require.Equal(t, defaultWriteTimeout, g.write, "write timeout %v", d)
+		require.Equal(t, defaultStoreTimeout, g.budget, "store timeout %v", d)
+		require.Equal(t, defaultStoreTimeout, g.write, "write timeout %v: the store timeout", d)
 		require.Zero(t, g.wait, "wait %v", d)
 	}
-	g := New(s, WithLease(time.Nanosecond), WithWriteTimeout(time.Nanosecond))
+	g := New(s, WithLease(time.Nanosecond), WithWriteTimeout(time.Nanosecond), WithStoreTimeout(time.Nanosecond))
 	require.Equal(t, minLease, g.lease)
 	require.Equal(t, minWriteTimeout, g.write)
-	g = New(s, WithLease(time.Minute), WithRetention(time.Hour), WithWriteTimeout(time.Second), WithWait(time.Second))
-	require.Equal(t, []time.Duration{time.Minute, time.Hour, time.Second, time.Second}, []time.Duration{g.lease, g.retention, g.write, g.wait})
+	require.Equal(t, minStoreTimeout, g.budget)
+	g = New(s, WithLease(time.Minute), WithRetention(time.Hour), WithWriteTimeout(time.Second), WithWait(time.Second), WithStoreTimeout(3*time.Second))
+	require.Equal(t, []time.Duration{time.Minute, time.Hour, time.Second, time.Second, 3 * time.Second}, []time.Duration{g.lease, g.retention, g.write, g.wait, g.budget})
+	g = New(s, WithStoreTimeout(3*time.Second))
+	require.Equal(t, 3*time.Second, g.write, "the completion waits the store timeout")
 }
 
 // TestReplicaAckTimeout: WithReplicaAck's timeout is kept when positive and

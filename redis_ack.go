@@ -94,9 +94,21 @@ func (s *RedisStore) evalAcked(ctx context.Context, c *scriptCall) (cmd *redis.C
 	case err != nil:
 		return cmd, fmt.Errorf("idem: waiting for replicas: %w", err)
 	case n < int64(s.replicas):
-		return cmd, fmt.Errorf("idem: %d of %d replicas acknowledged the write within %v", n, s.replicas, s.ackWait)
+		return cmd, &unackedError{n: n, want: s.replicas, wait: s.ackWait}
 	}
 	return cmd, nil
+}
+
+// unackedError reports a write that too few replicas acknowledged in time:
+// the server answered, and the write ran on the master alone.
+type unackedError struct {
+	n    int64
+	want int
+	wait time.Duration
+}
+
+func (e *unackedError) Error() string {
+	return fmt.Sprintf("idem: %d of %d replicas acknowledged the write within %v", e.n, e.want, e.wait)
 }
 
 // acked returns err, or else ackErr.

@@ -144,8 +144,8 @@ func TestAutoPipelineClients(t *testing.T) {
 	// ContextTimeoutEnabled, the Guard still writes on the caller's goroutine.
 	ct := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = ct.Close() })
-	require.True(t, NewRedisStore(ct).honoursDeadlines())
-	require.True(t, NewRedisStore(ct, WithAutoPipeline()).honoursDeadlines())
+	require.True(t, NewRedisStore(ct).ReturnsByDeadline())
+	require.True(t, NewRedisStore(ct, WithAutoPipeline()).ReturnsByDeadline())
 
 	// Options go-redis's deferred auto-pipeliner refuses, and a client
 	// type of the application's own.

@@ -68,9 +68,10 @@ type RedisStore struct {
 }
 
 var (
-	_ idemstore.Store     = (*RedisStore)(nil)
-	_ idemstore.Reader    = (*RedisStore)(nil)
-	_ idemstore.Unclaimer = (*RedisStore)(nil)
+	_ idemstore.Store         = (*RedisStore)(nil)
+	_ idemstore.Reader        = (*RedisStore)(nil)
+	_ idemstore.Unclaimer     = (*RedisStore)(nil)
+	_ idemstore.DeadlineAware = (*RedisStore)(nil)
 )
 
 // RedisOption configures a RedisStore.
@@ -196,10 +197,13 @@ func (s *RedisStore) usable() error {
 	return nil
 }
 
-// honoursDeadlines reports whether the store's calls return by their
-// context's deadline: go-redis's ContextTimeoutEnabled (a pipelined call
-// always does, a lone call sent directly as the client does).
-func (s *RedisStore) honoursDeadlines() bool {
+// ReturnsByDeadline implements idemstore.DeadlineAware: it reports whether
+// the store's calls return by their context's deadline, as go-redis's do
+// with ContextTimeoutEnabled (a pipelined call always does, a lone call sent
+// directly as the client does). A Guard then calls the store on its
+// caller's goroutine; otherwise each call runs on a goroutine of its own,
+// so that the Guard's store timeout bounds it (WithStoreTimeout).
+func (s *RedisStore) ReturnsByDeadline() bool {
 	if s == nil {
 		return false
 	}

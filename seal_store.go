@@ -31,10 +31,10 @@ type sealedStore struct {
 	releaseTimeout time.Duration
 }
 
-// honoursDeadlines reports what the wrapped store does.
-func (s *sealedStore) honoursDeadlines() bool {
-	d, ok := s.Store.(deadlineStore)
-	return ok && d.honoursDeadlines()
+// ReturnsByDeadline reports what the wrapped store does.
+func (s *sealedStore) ReturnsByDeadline() bool {
+	d, ok := s.Store.(idemstore.DeadlineAware)
+	return ok && d.ReturnsByDeadline()
 }
 
 // storeHealth returns the wrapped store's fail-fast state, if it keeps one.

@@ -12,8 +12,66 @@ import (
 // How an attempt's claim ends once fn returned, or without fn: completed
 // (its result stored), released (fn failed: the next attempt runs again,
 // Fence+1) or taken back (fn never acted: the next attempt gets the same
-// Fence). Each write waits at most the store timeout, then goes on in the
-// background (storeWrite).
+// Fence). Each write waits at most the write timeout (the store timeout by
+// default), then goes on in the background until the store answers or the
+// lease it is about ends (background.go).
+
+// writeKind is what a settling write does.
+type writeKind uint8
+
+const (
+	writeComplete writeKind = iota // Store.Complete
+	writeRelease                   // Store.Release
+	writeTakeBack                  // idemstore.Unclaimer's Unclaim, else Release
+)
+
+// settleWrite is one settling write of an operation's claim, a value that
+// a background retry copies.
+type settleWrite struct {
+	kind      writeKind
+	id, owner string
+	payload   []byte        // writeComplete: fn's payload
+	retention time.Duration // writeComplete: how long the result is kept
+	lease     time.Duration // writeTakeBack: how long a copy of the claim is refused
+	key       string        // for the log
+	fence     int64         // for the log
+}
+
+// do runs the write once on st.
+func (w *settleWrite) do(ctx context.Context, st idemstore.Store) error {
+	switch w.kind {
+	case writeComplete:
+		return st.Complete(ctx, w.id, w.owner, w.payload, w.retention)
+	case writeTakeBack:
+		if u, ok := st.(idemstore.Unclaimer); ok {
+			return u.Unclaim(ctx, w.id, w.owner, w.lease)
+		}
+	}
+	return st.Release(ctx, w.id, w.owner)
+}
+
+// name is the write's name in the log.
+func (w *settleWrite) name() string {
+	switch w.kind {
+	case writeComplete:
+		return "completion"
+	case writeTakeBack:
+		return "take_back"
+	}
+	return "release"
+}
+
+// settled logs how a write that went on in the background ended.
+func (g *Guard) settled(ctx context.Context, w *settleWrite, err error) {
+	switch {
+	case w.kind == writeComplete && err == nil:
+		g.log.InfoContext(ctx, "idem: result recorded in the background", "event", "result_recorded_late", "key", w.key, "id", w.id, "fence", w.fence)
+	case w.kind == writeComplete:
+		g.log.ErrorContext(ctx, "idem: result not recorded", "event", "result_not_recorded", "key", w.key, "id", w.id, "fence", w.fence, "err", err)
+	case err != nil && !errors.Is(err, ErrLeaseLost):
+		g.log.WarnContext(ctx, "idem: "+w.name()+" failed; the key stays claimed until its lease expires", "event", w.name()+"_failed", "id", w.id, "err", err)
+	}
+}
 
 // complete stores fn's payload as the result of a's operation o; until is
 // when a's lease ends by its own clock. It returns nil when stored, else
@@ -21,37 +79,27 @@ import (
 // ErrStoreUnavailable (wrapping a *pendingError while the completion goes
 // on in the background).
 func (g *Guard) complete(ctx context.Context, o op, a *Attempt, payload []byte, until time.Time) error {
-	id, owner, retention := a.ID, a.owner, g.retentionOf(o)
-	log := func(err error) {
-		g.log.ErrorContext(ctx, "idem: result not recorded", "event", "result_not_recorded", "key", o.key, "id", id, "fence", a.Fence, "err", err)
-	}
-	err := g.storeWrite(ctx, g.write, until, func(ctx context.Context) error {
-		return g.store.Complete(ctx, id, owner, payload, retention)
-	}, func(err error) {
-		if err == nil {
-			g.log.InfoContext(ctx, "idem: result recorded in the background", "event", "result_recorded_late", "key", o.key, "id", id, "fence", a.Fence)
-			return
-		}
-		log(err)
-	})
+	w := settleWrite{kind: writeComplete, id: a.ID, owner: a.owner, payload: payload, retention: g.retentionOf(o), key: o.key, fence: a.Fence}
+	err := g.settle(ctx, w, until)
+	var pe *pendingError
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrLeaseLost):
-		log(err)
-		return errors.Join(ErrNotRecorded, err)
-	case errors.As(err, new(*pendingError)):
-		g.log.WarnContext(ctx, "idem: the result was not stored within the store timeout; storing it goes on in the background", "event", "result_pending", "key", o.key, "id", id, "fence", a.Fence, "err", err)
+	case errors.As(err, &pe):
+		g.log.WarnContext(ctx, "idem: the result was not stored within the store timeout; storing it goes on in the background", "event", "result_pending", "key", o.key, "id", a.ID, "fence", a.Fence, "err", pe.first)
 	default:
-		log(err)
+		g.settled(ctx, &w, err)
+		if errors.Is(err, ErrLeaseLost) {
+			return errors.Join(ErrNotRecorded, err)
+		}
 	}
 	return errors.Join(ErrNotRecorded, fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
 }
 
-// settle gives up a's claim once fn returned without a result to store:
+// giveUp gives up a's claim once fn returned without a result to store:
 // taken back when a was released (Attempt.Release: it did nothing),
 // released otherwise. until is when a's lease ends by its own clock.
-func (g *Guard) settle(ctx context.Context, a *Attempt, until time.Time) {
+func (g *Guard) giveUp(ctx context.Context, a *Attempt, until time.Time) {
 	if a.released.Load() {
 		g.takeBack(ctx, a.ID, a.owner, until)
 		return
@@ -59,11 +107,14 @@ func (g *Guard) settle(ctx context.Context, a *Attempt, until time.Time) {
 	g.release(ctx, a.ID, a.owner, until)
 }
 
-// release gives up a claim so that the next attempt runs again. A release
-// the store does not answer in time goes on in the background until until;
-// failures are logged: the claim then lasts until its lease expires.
+// release gives up a claim so that the next attempt runs again; see
+// settle. Failures are logged: the claim then lasts until its lease
+// expires.
 func (g *Guard) release(ctx context.Context, id, owner string, until time.Time) {
-	g.giveUp(ctx, id, until, "release", func(ctx context.Context) error { return g.store.Release(ctx, id, owner) })
+	w := settleWrite{kind: writeRelease, id: id, owner: owner}
+	if err := g.settle(ctx, w, until); !errors.As(err, new(*pendingError)) {
+		g.settled(ctx, &w, err)
+	}
 }
 
 // takeBack undoes a claim whose attempt never acted: its answer never
@@ -73,25 +124,41 @@ func (g *Guard) release(ctx context.Context, id, owner string, until time.Time) 
 // way to the store is refused; with another store it is a release. It goes
 // on in the background until the store answers, or until.
 func (g *Guard) takeBack(ctx context.Context, id, owner string, until time.Time) {
-	lease := g.lease
-	uc, ok := g.store.(idemstore.Unclaimer)
-	if !ok {
-		g.release(ctx, id, owner, until)
-		return
+	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease}
+	if err := g.settle(ctx, w, until); !errors.As(err, new(*pendingError)) {
+		g.settled(ctx, &w, err)
 	}
-	g.giveUp(ctx, id, until, "take_back", func(ctx context.Context) error { return uc.Unclaim(ctx, id, owner, lease) })
 }
 
-// giveUp runs f, a release or a take-back named what, within the write
-// timeout, then in the background; it logs what does not succeed.
-func (g *Guard) giveUp(ctx context.Context, id string, until time.Time, what string, f func(context.Context) error) {
-	logFailed := func(err error) {
-		if err != nil && !errors.Is(err, ErrLeaseLost) {
-			g.log.WarnContext(ctx, "idem: "+what+" failed; the key stays claimed until its lease expires", "event", what+"_failed", "id", id, "err", err)
+// settle runs the write w within the write timeout, detached from ctx's
+// cancellation. A write that fail-fast refused or that the store did not
+// answer goes on in the background until the store answers or until, and
+// settle returns a *pendingError wrapping its first error.
+func (g *Guard) settle(ctx context.Context, w settleWrite, until time.Time) error {
+	err := g.writeOnce(ctx, g.write, w)
+	if err == nil || classify(err) == callAnswered {
+		return err
+	}
+	g.later(ctx, w, until)
+	return &pendingError{first: err}
+}
+
+// writeOnce runs w once, detached from ctx's cancellation, if fail-fast
+// lets it go out, waiting at most d.
+func (g *Guard) writeOnce(ctx context.Context, d time.Duration, w settleWrite) error {
+	if !g.inlineWrites {
+		probe, err := g.health.admit()
+		if err != nil {
+			return err
 		}
+		sent := time.Now()
+		_, err = within(ctx, g, d, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.do(ctx, g.store) })
+		g.health.report(probe, sent, endOf(context.Background(), err), err, g.budget)
+		return err
 	}
-	err := g.storeWrite(ctx, g.write, until, f, logFailed)
-	if !errors.As(err, new(*pendingError)) {
-		logFailed(err)
+	c, err := g.begin(ctx, d, true)
+	if err != nil {
+		return err
 	}
+	return g.end(&c, w.do(c.ctx, g.store))
 }

@@ -58,9 +58,12 @@ var clientModes = []clientMode{
 	{name: "auto-pipelined", opts: func(*redis.Options) {}, pipelined: true},
 }
 
-// slow returns a Guard whose client goes through the proxy.
+// slow returns a Guard whose client goes through the proxy. Its store
+// timeout is far above every delay, so that the lease alone decides; an
+// option given may set another.
 func (r *slowRig) slow(t *testing.T, mode clientMode, opts ...Option) *Guard {
 	t.Helper()
+	opts = append([]Option{WithStoreTimeout(time.Minute)}, opts...)
 	o := &redis.Options{Addr: r.proxy.Addr()}
 	mode.opts(o)
 	c := redis.NewClient(o)

@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"strings"
 
@@ -18,10 +17,11 @@ import (
 func classify(err error) callEnd {
 	var fe *failingError
 	var rerr redis.Error
+	var ue *unackedError
 	switch {
 	case errors.As(err, &fe):
 		return callDropped
-	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrUnreadable):
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrUnreadable), errors.As(err, &ue):
 		return callAnswered
 	case errors.Is(err, errWriteTimeout), errors.Is(err, context.DeadlineExceeded):
 		return callFailed
@@ -54,10 +54,13 @@ func mayHaveRun(err error) bool {
 	var fe *failingError
 	var rerr redis.Error
 	var op *net.OpError
+	var ue *unackedError
 	switch {
 	case err == nil:
 		return false
 	case errors.As(err, &fe), errors.As(err, &rerr):
+		return false
+	case errors.As(err, &ue): // the store released it already
 		return false
 	case errors.As(err, &op) && op.Op == "dial":
 		return false
@@ -65,8 +68,6 @@ func mayHaveRun(err error) bool {
 		return false
 	case errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, errWriteTimeout):
 		return false
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
 	}
 	return true
 }

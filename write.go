@@ -19,7 +19,9 @@ var errWriteTimeout = errors.New("idem: the store did not answer in time")
 // storeCall runs f, one store call on a request's path, if fail-fast lets
 // it go out, and waits for it at most the store timeout. It returns when the
 // call was sent (the moment its lease is measured from), and a
-// *failingError when the call was refused and never sent.
+// *failingError when the call was refused and never sent. Call sites on the
+// hot path use begin and end instead where the store returns by its
+// deadline, so that no closure is made.
 func storeCall[T any](ctx context.Context, g *Guard, f func(context.Context) (T, error)) (T, time.Time, error) {
 	probe, err := g.health.admit()
 	if err != nil {
@@ -30,6 +32,44 @@ func storeCall[T any](ctx context.Context, g *Guard, f func(context.Context) (T,
 	v, err := within(ctx, g, g.budget, false, f)
 	g.health.report(probe, sent, endOf(ctx, err), err, g.budget)
 	return v, sent, err
+}
+
+// inlineCall is a store call made on the caller's goroutine, to a store
+// that returns by its context's deadline; see begin.
+type inlineCall struct {
+	caller context.Context // the caller's context
+	ctx    context.Context // the call's: the caller's, with the deadline
+	cancel context.CancelFunc
+	probe  bool
+	sent   time.Time
+}
+
+// begin starts a store call on the caller's goroutine, to be ended by end:
+// it asks fail-fast (a *failingError when the call is refused) and returns
+// the call's context, ctx with a deadline d away (detached from ctx's
+// cancellation with detach).
+func (g *Guard) begin(ctx context.Context, d time.Duration, detach bool) (inlineCall, error) {
+	probe, err := g.health.admit()
+	if err != nil {
+		return inlineCall{}, err
+	}
+	if detach && ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	c := inlineCall{caller: ctx, probe: probe, sent: time.Now()}
+	c.ctx, c.cancel = context.WithTimeout(ctx, d)
+	return c, nil
+}
+
+// end ends a call started by begin that returned err, and returns err,
+// wrapping errWriteTimeout when the call's deadline ended it.
+func (g *Guard) end(c *inlineCall, err error) error {
+	if err != nil && c.caller.Err() == nil && c.ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", errWriteTimeout, err)
+	}
+	c.cancel()
+	g.health.report(c.probe, c.sent, endOf(c.caller, err), err, g.budget)
+	return err
 }
 
 // bounded runs a store write detached from ctx's cancellation and waits for

@@ -49,11 +49,10 @@ func (h *stackHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // TestCompletionGoroutine: with ContextTimeoutEnabled, go-redis returns by
-// the context's deadline, so the completion bounded by WithWriteTimeout is
-// sent from the caller's goroutine; with go-redis defaults it runs on a
-// goroutine of its own, which the caller stops waiting for at the timeout
-// (TestSlowCompleteIsBounded covers both timings). The claim always runs on
-// the caller's goroutine.
+// the context's deadline, so every store call, bounded by the store
+// timeout, is sent from the caller's goroutine; with go-redis defaults each
+// runs on a goroutine of its own, which the caller stops waiting for at the
+// timeout (TestSlowCompleteIsBounded covers both timings).
 func TestCompletionGoroutine(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		for _, ctxTimeout := range []bool{false, true} {
@@ -69,14 +68,14 @@ func TestCompletionGoroutine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h.claims == 0 || h.claimsApart != 0 {
-				t.Errorf("ContextTimeoutEnabled=%v: claims sent inline/apart = %d/%d, want all inline", ctxTimeout, h.claims, h.claimsApart)
-			}
+			inline, apart := h.claims+h.completes, h.claimsApart+h.completesApart
 			switch {
-			case ctxTimeout && (h.completes == 0 || h.completesApart != 0):
-				t.Errorf("ContextTimeoutEnabled: completions sent inline/apart = %d/%d, want all inline", h.completes, h.completesApart)
-			case !ctxTimeout && (h.completes != 0 || h.completesApart == 0):
-				t.Errorf("go-redis defaults: completions sent inline/apart = %d/%d, want all apart", h.completes, h.completesApart)
+			case h.claims+h.claimsApart == 0 || h.completes+h.completesApart == 0:
+				t.Errorf("ContextTimeoutEnabled=%v: claims %d/%d, completions %d/%d: want both sent", ctxTimeout, h.claims, h.claimsApart, h.completes, h.completesApart)
+			case ctxTimeout && apart != 0:
+				t.Errorf("ContextTimeoutEnabled: calls sent inline/apart = %d/%d, want all inline", inline, apart)
+			case !ctxTimeout && inline != 0:
+				t.Errorf("go-redis defaults: calls sent inline/apart = %d/%d, want all apart", inline, apart)
 			}
 		}
 	})

@@ -62,6 +62,17 @@ type Unclaimer interface {
 	Unclaim(ctx context.Context, id, owner string, lease time.Duration) error
 }
 
+// DeadlineAware is implemented by a store that knows whether its calls
+// return by their context's deadline. The engine bounds every store call by
+// its store timeout (idem.WithStoreTimeout): a store whose calls return by
+// the deadline is called on the caller's goroutine, any other on a
+// goroutine of its own, which the caller stops waiting for at the timeout.
+type DeadlineAware interface {
+	// ReturnsByDeadline reports whether every call of the store returns
+	// by its context's deadline, and when its context is cancelled.
+	ReturnsByDeadline() bool
+}
+
 // Reader is implemented by stores that can read a record back, for tests
 // and operators; the engine never reads a record apart from a claim.
 type Reader interface {

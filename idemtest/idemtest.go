@@ -154,6 +154,65 @@ var checks = []struct {
 	{"ReadAbsent", "Read of an absent record returns nil, without an error.", readAbsent},
 	{"TTLs", "Every key has a TTL: lease + retention while unfinished, the retention once completed.", ttls},
 	{"WritesKeepTTL", "Checkpoint and release keep the record's TTL; they never extend nor drop it.", writesKeepTTL},
+	{"UnclaimTakesFenceBack", "Unclaim (idemstore.Unclaimer) frees the key and takes its fence back: the next claim gets the same fence and the checkpoints; a record the claim created is gone.", unclaimTakesFenceBack},
+	{"UnclaimRefusesLateCopy", "After Unclaim, a claim of the same owner reaching the store is busy, whether the record existed or not; a stranger's Unclaim changes nothing.", unclaimRefusesLateCopy},
+}
+
+// unclaimer returns the store as an idemstore.Unclaimer, or skips the check.
+func (c *checker) unclaimer() idemstore.Unclaimer {
+	u, ok := c.s.(idemstore.Unclaimer)
+	if !ok {
+		c.Skip("the store does not implement idemstore.Unclaimer")
+	}
+	return u
+}
+
+func unclaimTakesFenceBack(c *checker) {
+	u := c.unclaimer()
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
+	c.noErr("Unclaim", u.Unclaim(c.Context(), id, owner, c.lease))
+	if c.r != nil && c.read(id) != nil {
+		c.fail("Unclaim of a record its claim created left it in place")
+	}
+	res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
+	if res.Fence != 1 {
+		c.fail("claim after Unclaim of a new record: fence %d, want 1", res.Fence)
+	}
+	// A takeover taken back: the fence goes back to the dead attempt's.
+	id, first, second := newID(), newToken(), newToken()
+	c.claim(id, c.req(first, "fp"), idemstore.ClaimOK)
+	c.noErr("Checkpoint", c.s.Checkpoint(c.Context(), id, first, "charge", []byte("ch_1")))
+	c.noErr("Release", c.s.Release(c.Context(), id, first))
+	c.claim(id, c.req(second, "fp"), idemstore.ClaimOK)
+	c.noErr("Unclaim", u.Unclaim(c.Context(), id, second, c.lease))
+	res = c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
+	if res.Fence != 2 || string(res.Checkpoints["charge"]) != "ch_1" {
+		c.fail("claim after Unclaim of a takeover: fence %d, checkpoints %q; want 2 and charge=ch_1", res.Fence, res.Checkpoints)
+	}
+}
+
+func unclaimRefusesLateCopy(c *checker) {
+	u := c.unclaimer()
+	// The claim never reached the store before Unclaim: its copy is busy.
+	id, late := newID(), newToken()
+	c.noErr("Unclaim of an absent record", u.Unclaim(c.Context(), id, late, c.lease))
+	c.claim(id, c.req(late, "fp"), idemstore.ClaimBusy)
+	res := c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimOK)
+	if res.Fence != 1 {
+		c.fail("claim after a refused copy: fence %d, want 1", res.Fence)
+	}
+	// The claim ran, then was taken back: a copy re-sent later is busy.
+	id, owner := newID(), newToken()
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimOK)
+	c.noErr("Unclaim", u.Unclaim(c.Context(), id, owner, c.lease))
+	c.claim(id, c.req(owner, "fp"), idemstore.ClaimBusy)
+	// A stranger's Unclaim leaves the holder's claim alone.
+	id, holder := newID(), newToken()
+	c.claim(id, c.req(holder, "fp"), idemstore.ClaimOK)
+	c.noErr("stranger Unclaim", u.Unclaim(c.Context(), id, newToken(), c.lease))
+	c.claim(id, c.req(newToken(), "fp"), idemstore.ClaimBusy)
+	c.noErr("Complete", c.s.Complete(c.Context(), id, holder, []byte("done"), time.Hour))
 }
 
 func claimAbsent(c *checker) {

@@ -26,6 +26,9 @@ type MemoryStore struct {
 	skew    time.Duration // added to the wall clock by Advance
 	records map[string]*memRecord
 	leases  map[string]memLease
+	// refused are the claims Unclaim took back, by id and owner: a copy
+	// of one that comes later is busy until then.
+	refused map[[2]string]time.Time
 }
 
 // memRecord is one operation's record.
@@ -46,14 +49,20 @@ type memLease struct {
 }
 
 var (
-	_ idemstore.Store  = (*MemoryStore)(nil)
-	_ idemstore.Reader = (*MemoryStore)(nil)
+	_ idemstore.Store         = (*MemoryStore)(nil)
+	_ idemstore.Reader        = (*MemoryStore)(nil)
+	_ idemstore.Unclaimer     = (*MemoryStore)(nil)
+	_ idemstore.DeadlineAware = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{records: map[string]*memRecord{}, leases: map[string]memLease{}}
+	return &MemoryStore{records: map[string]*memRecord{}, leases: map[string]memLease{}, refused: map[[2]string]time.Time{}}
 }
+
+// ReturnsByDeadline implements idemstore.DeadlineAware: every call answers at
+// once, and none starts once its context ended.
+func (s *MemoryStore) ReturnsByDeadline() bool { return true }
 
 // Advance moves the store's clock forward by d: leases and records expire as
 // if d had passed. A running attempt whose lease expires this way loses it at
@@ -79,6 +88,11 @@ func (s *MemoryStore) lock() time.Time {
 			delete(s.leases, id)
 		}
 	}
+	for k, until := range s.refused {
+		if !now.Before(until) {
+			delete(s.refused, k)
+		}
+	}
 	return now
 }
 
@@ -91,6 +105,9 @@ func (s *MemoryStore) Claim(ctx context.Context, id string, c idemstore.ClaimReq
 	defer s.mu.Unlock()
 	r, l := s.records[id], s.leases[id]
 	held := l.owner != ""
+	if until, ok := s.refused[[2]string{id, c.Owner}]; ok {
+		return idemstore.ClaimResult{Status: idemstore.ClaimBusy, RetryAfter: until.Sub(now)}, nil
+	}
 	switch {
 	case r == nil && held:
 		return idemstore.ClaimResult{Status: idemstore.ClaimBusy, RetryAfter: l.expires.Sub(now)}, nil
@@ -181,6 +198,28 @@ func (s *MemoryStore) Release(ctx context.Context, id, owner string) error {
 	}
 	if s.leases[id].owner == owner {
 		delete(s.leases, id)
+	}
+	return nil
+}
+
+// Unclaim implements idemstore.Unclaimer.
+func (s *MemoryStore) Unclaim(ctx context.Context, id, owner string, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	s.refused[[2]string{id, owner}] = now.Add(lease)
+	r := s.records[id]
+	if r == nil || r.completed || r.owner != owner {
+		return nil
+	}
+	if s.leases[id].owner == owner {
+		delete(s.leases, id)
+	}
+	r.fence--
+	if r.fence == 0 && len(r.checkpoints) == 0 {
+		delete(s.records, id)
 	}
 	return nil
 }
