@@ -54,7 +54,7 @@ type config struct {
 	cpuprofile  string
 }
 
-var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed", "autopipe", "batching", "proxy"}
+var scenarioNames = []string{"floor", "allocs", "http", "grpc", "sql", "idemsql", "race", "scale", "memory", "peers", "replicas", "notify", "canon", "sealed", "autopipe", "batching", "proxy", "freeze"}
 
 func parseFlags(args []string) (*config, error) {
 	c := &config{}
@@ -237,7 +237,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		run  func(context.Context, *env) error
 	}{
 		{"floor", runFloor}, {"allocs", runAllocs}, {"http", runHTTP}, {"grpc", runGRPC}, {"sql", runSQL}, {"idemsql", runIdemSQL}, {"race", runRace}, {"scale", runScale}, {"memory", runMemory}, {"peers", runPeers}, {"replicas", runReplicas}, {"notify", runNotify}, {"canon", runCanon}, {"sealed", runSealed}, {"autopipe", runAutoPipe}, {"batching", runBatching},
-		{"proxy", runProxy},
+		{"proxy", runProxy}, {"freeze", runFreeze},
 	}
 	for _, s := range scenarios {
 		if !cfg.runs(s.name) {
