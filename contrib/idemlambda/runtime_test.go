@@ -23,7 +23,7 @@ import (
 
 // The environment of an instance run as a child process.
 const (
-	roleEnv  = "IDEMLAMBDA_TEST_ROLE" // charge, or hang: run past the deadline
+	roleEnv  = "IDEMLAMBDA_TEST_ROLE" // charge; hang: run past the deadline; bare: without idem
 	redisEnv = "IDEMLAMBDA_TEST_REDIS"
 	waitEnv  = "IDEMLAMBDA_TEST_WAIT" // the Guard's WithWait
 	tellEnv  = "IDEMLAMBDA_TEST_TELL" // true: report each run on the standard output
@@ -62,6 +62,12 @@ func TestRuntimeInstance(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = out.Encode(ev)
+	}
+	if role == "bare" { // the same side effect, unprotected: the baseline of a cold start
+		lambda.Start(func(ctx context.Context, o Order) (Receipt, error) {
+			n, err := rdb.Incr(ctx, "charges/"+o.RequestID).Result()
+			return Receipt{Charge: fmt.Sprintf("ch_%d", n), Amount: o.Amount}, err
+		})
 	}
 	lambda.Start(idemlambda.Handler(g, orderKey, func(ctx context.Context, o Order) (Receipt, error) {
 		a, _ := idem.AttemptFrom(ctx)
@@ -169,33 +175,40 @@ func TestRuntimeKilledAtDeadline(t *testing.T) {
 
 // TestColdStart measures what a cold start costs: an instance's
 // initialisation (process start to its first request for an invocation)
-// and its first invocation (the Redis connection dialled, the scripts
-// loaded), against warm invocations and replays. Run it with -v to see the
-// figures; they are measured, not asserted.
+// and its first invocation (the Redis connection dialled; for the first
+// instance on a Redis, the scripts loaded too), against warm invocations
+// and replays, and against a function without idem (the same side effect,
+// one Redis command). Run it with -v to see the figures; they are measured,
+// not asserted.
 func TestColdStart(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	started := time.Now()
-	api, _ := startInstance(t, "charge", srv.Addr(), 0, false)
-	initDone := api.firstPoll(t)
-
-	run := func(key string) time.Duration {
-		inv := api.Invoke(orderPayload(t, Order{RequestID: key, Amount: 1}), 10*time.Second)
-		ans := inv.Wait(t)
-		require.False(t, ans.failed, "%s", ans.body)
-		return ans.at.Sub(inv.handed)
+	for _, instance := range []string{"without idem", "first instance", "second instance"} {
+		role := "charge"
+		if instance == "without idem" {
+			role = "bare"
+		}
+		started := time.Now()
+		api, _ := startInstance(t, role, srv.Addr(), 0, false)
+		initDone := api.firstPoll(t)
+		run := func(key string) time.Duration {
+			inv := api.Invoke(orderPayload(t, Order{RequestID: key, Amount: 1}), 10*time.Second)
+			ans := inv.Wait(t)
+			require.False(t, ans.failed, "%s", ans.body)
+			return ans.at.Sub(inv.handed)
+		}
+		first := run(instance + "-0")
+		var fresh, replays []time.Duration
+		for i := 1; i <= 20; i++ {
+			fresh = append(fresh, run(fmt.Sprintf("%s-%d", instance, i)))
+		}
+		for i := 1; i <= 20; i++ {
+			replays = append(replays, run(fmt.Sprintf("%s-%d", instance, i)))
+		}
+		t.Logf("%s: init %v; first invocation %v; warm: fresh median %v (max %v), replay median %v (20 each)",
+			instance, initDone.Sub(started).Round(time.Microsecond), first.Round(time.Microsecond),
+			median(fresh), slices.Max(fresh).Round(time.Microsecond), median(replays))
 	}
-	first := run("cold-0")
-	var fresh, replays []time.Duration
-	for i := 1; i <= 20; i++ {
-		fresh = append(fresh, run(fmt.Sprintf("cold-%d", i)))
-	}
-	for i := 1; i <= 20; i++ {
-		replays = append(replays, run(fmt.Sprintf("cold-%d", i)))
-	}
-	t.Logf("init %v; first invocation %v; warm fresh invocation median %v (max %v); warm replay median %v (of 20 each)",
-		initDone.Sub(started).Round(time.Microsecond), first.Round(time.Microsecond),
-		median(fresh), slices.Max(fresh).Round(time.Microsecond), median(replays))
 }
 
 func median(ds []time.Duration) time.Duration {
