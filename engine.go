@@ -29,7 +29,6 @@ type op struct {
 	retention time.Duration
 }
 
-
 // runFunc is what the engine runs as the owner of a claim. It returns the
 // payload to store and whether to store it; false releases the claim, so
 // that the next attempt runs again. The function's own error, if it has

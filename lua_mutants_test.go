@@ -40,6 +40,7 @@ var storeScripts = map[string]struct {
 	"checkpoint.lua": {checkpointScript, &checkpointLua},
 	"complete.lua":   {completeScript, &completeLua},
 	"release.lua":    {releaseScript, &releaseLua},
+	"unclaim.lua":    {unclaimScript, &unclaimLua},
 	"forget.lua":     {forgetScript, &forgetLua},
 	"probe.lua":      {probeScript, &probeLua},
 }
@@ -51,7 +52,7 @@ var luaStages = []luaStage{
 	{"miniredis", `^TestRedisStoreContractMiniredis$`, false},
 	{"redis-server", `^(TestRedisStoreContractRedisServer|TestScriptsAgreeOnLayout|TestClaimScriptPaths|TestCreatedArg|` +
 		`TestCheckpointScriptPaths|TestScriptErrorsNameTheRecord|TestClaimScriptTouchesReplays|TestClaimScriptLeasePaths|` +
-		`TestClaimScriptLastMillisecond|TestCompleteScriptPaths|TestScriptsPublish|TestCompleteScriptPublishRefused|TestWaiterIsNotified|TestForgetNotifiesWaiters|` +
+		`TestClaimScriptLastMillisecond|TestCompleteScriptPaths|TestUnclaimScriptPaths|TestScriptsPublish|TestCompleteScriptPublishRefused|TestWaiterIsNotified|TestForgetNotifiesWaiters|` +
 		`TestRedisStoreReplicaAck|TestInspect|TestInspectResults|TestForget|TestForgetLiveLease|TestForgetWaitsForReplicas|` +
 		`TestCheckProbes|TestCheckWithoutConfig|TestRedisStoreCheck|TestCheckAuthentication)$`, true},
 }

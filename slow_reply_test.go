@@ -37,7 +37,7 @@ func newSlowRig(t *testing.T) *slowRig {
 	// Load the scripts, so that a delayed reply is the reply of a script
 	// that ran, not a NOSCRIPT error.
 	c := srv.Client(t)
-	for _, src := range []string{claimLua, heartbeatLua, checkpointLua, completeLua, releaseLua} {
+	for _, src := range []string{claimLua, heartbeatLua, checkpointLua, completeLua, releaseLua, unclaimLua} {
 		require.NoError(t, c.ScriptLoad(context.Background(), src).Err())
 	}
 	return &slowRig{srv: srv, proxy: redistest.StartProxy(t, srv.Addr()), prefix: redistest.Prefix(t)}
