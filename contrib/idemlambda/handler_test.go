@@ -76,7 +76,7 @@ func TestSevenDeliveriesTwoInstances(t *testing.T) {
 		}
 		answers := make(chan answer, 7)
 		deliver := func(fn any, o Order) {
-			body, err := invoke(context.Background(), t, fn, o)
+			body, err := invoke(context.Background(), fn, o)
 			answers <- answer{body, err}
 		}
 		go deliver(fnA, order) // the first delivery, on instance A
@@ -112,19 +112,19 @@ func TestHandlerRepeatsAndMismatch(t *testing.T) {
 		c := &charger{}
 		fn := idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge)
 		order := Order{RequestID: "req-1", Customer: "cus_1", Amount: 1000}
-		first, err := invoke(context.Background(), t, fn, order)
+		first, err := invoke(context.Background(), fn, order)
 		require.NoError(t, err)
-		again, err := invoke(context.Background(), t, fn, order)
+		again, err := invoke(context.Background(), fn, order)
 		require.NoError(t, err)
 		require.Equal(t, string(first), string(again))
 
 		other := order
 		other.Amount = 2000
-		_, err = invoke(context.Background(), t, fn, other)
+		_, err = invoke(context.Background(), fn, other)
 		require.ErrorIs(t, err, idem.ErrMismatch)
 		other = order
 		other.SentAt = "2026-01-01T00:00:00Z" // without WithFingerprint the whole event is compared
-		_, err = invoke(context.Background(), t, fn, other)
+		_, err = invoke(context.Background(), fn, other)
 		require.ErrorIs(t, err, idem.ErrMismatch)
 		require.Equal(t, int32(1), c.charges.Load())
 	})
@@ -136,20 +136,20 @@ func TestHandlerFingerprint(t *testing.T) {
 		fn := idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge,
 			idemlambda.WithFingerprint(func(o Order) (any, error) { return []any{o.Customer, o.Amount}, nil }))
 		order := Order{RequestID: "req-1", Customer: "cus_1", Amount: 1000, SentAt: "2026-01-01T00:00:00Z"}
-		first, err := invoke(context.Background(), t, fn, order)
+		first, err := invoke(context.Background(), fn, order)
 		require.NoError(t, err)
 		order.SentAt = "2026-01-01T00:05:00Z"
-		again, err := invoke(context.Background(), t, fn, order)
+		again, err := invoke(context.Background(), fn, order)
 		require.NoError(t, err, "a field left out of the fingerprint changed: a repeat")
 		require.Equal(t, string(first), string(again))
 		order.Amount = 2000
-		_, err = invoke(context.Background(), t, fn, order)
+		_, err = invoke(context.Background(), fn, order)
 		require.ErrorIs(t, err, idem.ErrMismatch)
 		require.Equal(t, int32(1), c.charges.Load())
 
 		broken := idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge,
 			idemlambda.WithFingerprint(func(Order) (any, error) { return nil, errors.New("no customer") }))
-		_, err = invoke(context.Background(), t, broken, Order{RequestID: "req-2"})
+		_, err = invoke(context.Background(), broken, Order{RequestID: "req-2"})
 		require.ErrorContains(t, err, "idemlambda: fingerprint: no customer")
 		require.Equal(t, int32(1), c.charges.Load())
 	})
@@ -164,11 +164,11 @@ func TestHandlerNoKey(t *testing.T) {
 			"empty": orderKey,
 			"error": func(context.Context, Order) (string, error) { return "", errors.New("no request id") },
 		} {
-			_, err := invoke(context.Background(), t, idemlambda.Handler(in.guard, key, c.charge), Order{Amount: 1})
+			_, err := invoke(context.Background(), idemlambda.Handler(in.guard, key, c.charge), Order{Amount: 1})
 			require.ErrorIs(t, err, idemlambda.ErrNoKey, name)
 			require.NotErrorIs(t, err, idem.ErrStoreUnavailable, name)
 		}
-		_, err := invoke(context.Background(), t, idemlambda.Handler(in.guard, func(context.Context, Order) (string, error) {
+		_, err := invoke(context.Background(), idemlambda.Handler(in.guard, func(context.Context, Order) (string, error) {
 			return "key\n", nil
 		}, c.charge), Order{Amount: 1})
 		require.ErrorIs(t, err, idem.ErrInvalidKey)
@@ -182,18 +182,18 @@ func TestHandlerErrors(t *testing.T) {
 		fn := idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge)
 		order := Order{RequestID: "req-1", Amount: 1000}
 		c.fail.Store(1)
-		_, err := invoke(context.Background(), t, fn, order)
+		_, err := invoke(context.Background(), fn, order)
 		require.EqualError(t, err, "provider unreachable", "h's own error, as h returned it")
-		body, err := invoke(context.Background(), t, fn, order)
+		body, err := invoke(context.Background(), fn, order)
 		require.NoError(t, err, "the key was released: Lambda's retry runs again")
 		require.Equal(t, int64(2), decode[Receipt](t, body).Fence)
 
 		c.fail.Store(1)
 		c.err = idem.Permanent(errors.New("card declined"))
 		order.RequestID = "req-2"
-		_, first := invoke(context.Background(), t, fn, order)
+		_, first := invoke(context.Background(), fn, order)
 		require.ErrorIs(t, first, idem.ErrPermanent)
-		_, again := invoke(context.Background(), t, fn, order)
+		_, again := invoke(context.Background(), fn, order)
 		require.ErrorIs(t, again, idem.ErrPermanent)
 		require.Equal(t, first.Error(), again.Error(), "the stored error, with its message")
 		require.Equal(t, int32(1), c.charges.Load())
@@ -208,17 +208,17 @@ func TestHandlerStoreDownAndBusy(t *testing.T) {
 		order := Order{RequestID: "req-1", Amount: 1000}
 
 		in.store.Down.Store(true)
-		_, err := invoke(context.Background(), t, fn, order)
+		_, err := invoke(context.Background(), fn, order)
 		require.ErrorIs(t, err, idem.ErrStoreUnavailable)
 		in.store.Down.Store(false)
 
 		done := make(chan error, 1)
 		go func() {
-			_, err := invoke(context.Background(), t, fn, order)
+			_, err := invoke(context.Background(), fn, order)
 			done <- err
 		}()
 		<-c.started
-		_, err = invoke(context.Background(), t, idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge), order)
+		_, err = invoke(context.Background(), idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge), order)
 		require.ErrorIs(t, err, idem.ErrInProgress, "without WithWait a concurrent delivery is refused")
 		close(c.release)
 		require.NoError(t, <-done)
@@ -243,7 +243,7 @@ func TestHandlerScope(t *testing.T) {
 		idemlambda.Handler(g, orderKey, h, idemlambda.WithScope("shipping")),
 		idemlambda.Handler(g, orderKey, h), // outside Lambda: no function name, no scope
 	} {
-		_, err := invoke(context.Background(), t, fn, order)
+		_, err := invoke(context.Background(), fn, order)
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{"billing/req-1", "shipping/req-1", "req-1"}, keys, "each scope runs once")

@@ -72,7 +72,7 @@ func httpEvent(key, body string) events.APIGatewayV2HTTPRequest {
 
 func invokeHTTP(t *testing.T, ctx context.Context, fn any, e events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 	t.Helper()
-	body, err := invoke(ctx, t, fn, e)
+	body, err := invoke(ctx, fn, e)
 	require.NoError(t, err)
 	return decode[events.APIGatewayV2HTTPResponse](t, body)
 }
@@ -131,7 +131,7 @@ func TestAPIGatewayConcurrentAndLease(t *testing.T) {
 		defer cancel()
 		done := make(chan events.APIGatewayV2HTTPResponse, 1)
 		go func() {
-			body, _ := invoke(ctx, t, fn, httpEvent("key-2", `{"amount":1}`))
+			body, _ := invoke(ctx, fn, httpEvent("key-2", `{"amount":1}`))
 			var r events.APIGatewayV2HTTPResponse
 			_ = json.Unmarshal(body, &r)
 			done <- r
@@ -163,7 +163,7 @@ func TestAPIGatewayV1(t *testing.T) {
 	}
 	var bodies []string
 	for range 2 {
-		body, err := invoke(context.Background(), t, fn, e)
+		body, err := invoke(context.Background(), fn, e)
 		require.NoError(t, err)
 		r := decode[events.APIGatewayProxyResponse](t, body)
 		require.Equal(t, http.StatusCreated, r.StatusCode)

@@ -51,19 +51,19 @@ func TestLeaseEndsWithInvocation(t *testing.T) {
 	defer cancel()
 	first := make(chan error, 1)
 	go func() {
-		_, err := invoke(ctx, t, stuck, order)
+		_, err := invoke(ctx, stuck, order)
 		first <- err
 	}()
 
 	// 1.5 s after the deadline, the retry on another instance.
 	time.Sleep(time.Until(deadline.Add(1500 * time.Millisecond)))
-	body, err := invoke(context.Background(), t, fresh, order)
+	body, err := invoke(context.Background(), fresh, order)
 	require.NoError(t, err, "the lease ended a second after the deadline")
 	require.Equal(t, int64(2), decode[Receipt](t, body).Fence)
 
 	close(release)
 	require.NoError(t, <-first, "the late function's own answer (idem.ErrNotRecorded, logged), which Lambda drops past the deadline")
-	again, err := invoke(context.Background(), t, fresh, order)
+	again, err := invoke(context.Background(), fresh, order)
 	require.NoError(t, err)
 	require.Equal(t, string(body), string(again), "the retry's answer is the one replayed")
 	require.Equal(t, int32(1), c.charges.Load())
@@ -97,7 +97,7 @@ func TestLeaseCutToDeadline(t *testing.T) {
 		})
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		_, err := invoke(ctx, t, fn, Order{RequestID: "req-cut", Amount: 1})
+		_, err := invoke(ctx, fn, Order{RequestID: "req-cut", Amount: 1})
 		require.NoError(t, err)
 		require.Positive(t, left)
 	})

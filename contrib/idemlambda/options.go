@@ -107,8 +107,8 @@ func WithDynamoDBKey(f func(r events.DynamoDBEventRecord) (string, error)) Optio
 
 // WithLogger sets where SQS, Kinesis and DynamoDB log each record they
 // report as failed, with its identifier and the reason, at warning level
-// (the Guard logs its own events with idem.WithLogger). Default:
-// slog.Default().
+// (the Guard logs its own events with idem.WithLogger; Handler returns its
+// errors to Lambda, which logs them). Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

@@ -80,7 +80,7 @@ func ptr[T any](v T) *T { return &v }
 // ItemIdentifiers of its response.
 func failures(t *testing.T, fn, event any) []string {
 	t.Helper()
-	body, err := invoke(context.Background(), t, fn, event)
+	body, err := invoke(context.Background(), fn, event)
 	require.NoError(t, err, "a batch handler never fails the whole batch")
 	var ids []string
 	for _, f := range decode[events.SQSEventResponse](t, body).BatchItemFailures {
@@ -153,7 +153,7 @@ func TestSQSPermanentAndBusy(t *testing.T) {
 
 		done := make(chan error, 1)
 		go func() {
-			_, err := invoke(context.Background(), t, fn, events.SQSEvent{Records: []events.SQSMessage{message("m-2", "slow", 1)}})
+			_, err := invoke(context.Background(), fn, events.SQSEvent{Records: []events.SQSMessage{message("m-2", "slow", 1)}})
 			done <- err
 		}()
 		<-s.started

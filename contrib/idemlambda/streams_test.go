@@ -47,7 +47,7 @@ func (r *recorder) runs() []string {
 // streamFailures invokes a stream handler and returns its ItemIdentifiers.
 func streamFailures(t *testing.T, fn, event any) []string {
 	t.Helper()
-	body, err := invoke(context.Background(), t, fn, event)
+	body, err := invoke(context.Background(), fn, event)
 	require.NoError(t, err)
 	var ids []string
 	for _, f := range decode[events.KinesisEventResponse](t, body).BatchItemFailures {
