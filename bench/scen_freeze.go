@@ -275,7 +275,7 @@ func freezeReport(e *env, rows []*freezeResult) {
 			nr = fmt.Sprint(r.notRecorded)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s / %s / %s | %s | %.1f | %d | %s | %d | %d | %s | %d | %s | %d |\n", r.path, r.fault,
-			fmtDur(r.during.quantile(0.5)), fmtDur(r.during.quantile(0.99)), fmtDur(r.slowest), fmtDur(r.refusalP50),
+			fmtDur(min(r.during.quantile(0.5), r.slowest)), fmtDur(min(r.during.quantile(0.99), r.slowest)), fmtDur(r.slowest), fmtDur(r.refusalP50),
 			r.refusalsPS, r.refusedKeys, rec, r.notRun, r.busyAfter, nr, r.maxRuns, att, r.failed)
 		busy += r.busyAfter
 		runs = max(runs, r.maxRuns)
