@@ -15,10 +15,10 @@ const leaseMargin = time.Second
 
 // LeaseContext returns a copy of ctx under which a claim holds its lease no
 // later than ctx's deadline (the invocation's, in a Lambda handler) plus one
-// second, heartbeats included (idem.ContextWithLeaseEnd): an instance
-// killed at its timeout, or frozen after it, blocks a retry of its key until
-// a second past the deadline, not for the Guard's whole lease. Without a deadline it
-// returns ctx.
+// second, heartbeats included (idem.ContextWithLeaseEnd): an instance killed
+// at its timeout, or frozen after it, blocks a retry of its key until a
+// second past the deadline, not for the Guard's whole lease. Without a
+// deadline it returns ctx.
 //
 // Handler, SQS, Kinesis and DynamoDB apply it to every invocation. Apply it
 // yourself where a claim is made under another adapter, such as
@@ -29,9 +29,9 @@ const leaseMargin = time.Second
 //		return adapter.ProxyWithContext(idemlambda.LeaseContext(ctx), e)
 //	})
 //
-// A function still running at the end loses its lease: its context is
-// cancelled with cause idem.ErrLeaseLost and its result is not stored. Lambda
-// stops it at the deadline anyway.
+// A function still running a second past the deadline (its context done
+// since the deadline) loses its lease: its result is not stored, and a
+// retry may run as the next attempt. Lambda stops it at the deadline anyway.
 func LeaseContext(ctx context.Context) context.Context {
 	deadline, ok := ctx.Deadline()
 	if !ok {
