@@ -120,6 +120,7 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	}
 	w := waiter{g: g, id: id, deadline: deadline}
 	defer w.close()
+	awaited := false // a take-back of id in the background
 	for {
 		t := o.obs.now()
 		res, sent, err := g.claim(ctx, id, req)
@@ -147,6 +148,10 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 		case idemstore.ClaimUnreadable:
 			return outcome{}, g.unreadableRecord(ctx, id)
 		case idemstore.ClaimBusy:
+			if !awaited && g.awaitTakeBack(ctx, id) {
+				awaited = true
+				continue
+			}
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -37,13 +38,16 @@ type Guard struct {
 	inlineWrites bool
 	// writeSet: WithWriteTimeout was given; a completion then waits write,
 	// not the budget.
-	writeSet  bool
-	health    *storeHealth // fail-fast, the store's own when it keeps one
-	pending   backlog      // background writes, for Drain
-	log       *slog.Logger
-	observer  Observer
-	sealer    Sealer // WithSealer; New puts a sealedStore in front of store
-	sealerSet bool   // WithSealer was given, perhaps a nil Sealer
+	writeSet bool
+	health   *storeHealth // fail-fast, the store's own when it keeps one
+	pending  backlog      // background writes, for Drain
+	// takingBack holds, by operation id, the take-backs going on in the
+	// background: a chan struct{} closed when each ends.
+	takingBack sync.Map
+	log        *slog.Logger
+	observer   Observer
+	sealer     Sealer // WithSealer; New puts a sealedStore in front of store
+	sealerSet  bool   // WithSealer was given, perhaps a nil Sealer
 	// fingerprintKeyIDs are the ids of the Sealer's fingerprint keys, the
 	// current one first; none without a FingerprintKeyer.
 	fingerprintKeyIDs []string

@@ -35,6 +35,9 @@ type settleWrite struct {
 	lease     time.Duration // writeTakeBack: how long a copy of the claim is refused
 	key       string        // for the log
 	fence     int64         // for the log
+	// done, when not nil, is closed once the write, gone on in the
+	// background, ended (a take-back that a repeat of the key waits for).
+	done chan struct{}
 }
 
 // do runs the write once on st.
@@ -63,6 +66,10 @@ func (w *settleWrite) name() string {
 
 // settled logs how a write that went on in the background ended.
 func (g *Guard) settled(ctx context.Context, w *settleWrite, err error) {
+	if w.done != nil {
+		g.takingBack.CompareAndDelete(w.id, w.done)
+		close(w.done)
+	}
 	switch {
 	case w.kind == writeComplete && err == nil:
 		g.log.InfoContext(ctx, "idem: result recorded in the background", "event", "result_recorded_late", "key", w.key, "id", w.id, "fence", w.fence)
@@ -124,10 +131,29 @@ func (g *Guard) release(ctx context.Context, id, owner string, until time.Time) 
 // way to the store is refused; with another store it is a release. It goes
 // on in the background until the store answers, or until.
 func (g *Guard) takeBack(ctx context.Context, id, owner string, until time.Time) {
-	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease}
+	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease, done: make(chan struct{})}
 	if err := g.settle(ctx, w, until); !errors.As(err, new(*pendingError)) {
 		g.settled(ctx, &w, err)
 	}
+}
+
+// awaitTakeBack waits, at most the store timeout, for a take-back of id
+// that goes on in the background, and reports whether there was one: a
+// repeat of a key whose claim this Guard is taking back claims again once
+// it is done, rather than find the key busy with a claim nobody runs.
+func (g *Guard) awaitTakeBack(ctx context.Context, id string) bool {
+	v, ok := g.takingBack.Load(id)
+	if !ok {
+		return false
+	}
+	t := time.NewTimer(g.budget)
+	defer t.Stop()
+	select {
+	case <-v.(chan struct{}):
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return true
 }
 
 // settle runs the write w within the write timeout, detached from ctx's
@@ -138,6 +164,9 @@ func (g *Guard) settle(ctx context.Context, w settleWrite, until time.Time) erro
 	err := g.writeOnce(ctx, g.write, w)
 	if err == nil || classify(err) == callAnswered {
 		return err
+	}
+	if w.done != nil {
+		g.takingBack.Store(w.id, w.done)
 	}
 	g.later(ctx, w, until)
 	return &pendingError{first: err}

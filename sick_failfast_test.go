@@ -1,4 +1,4 @@
-//go:build unix && sicktodo
+//go:build unix
 
 package idem_test
 

@@ -1,4 +1,3 @@
-//go:build sicktodo
 
 package idem_test
 

@@ -69,7 +69,7 @@ type storeHealth struct {
 	nextProbe time.Time
 	probing   bool
 	last      error         // the last failure
-	back      chan struct{} // closed when a failing store answers again
+	back      chan struct{} // closed when the store answers after failures
 	watchers  []func(StoreState, error)
 	log       *slog.Logger
 }
@@ -79,15 +79,15 @@ func newStoreHealth() *storeHealth { return &storeHealth{back: make(chan struct{
 // failing reports whether the store is failing.
 func (h *storeHealth) failing() bool { return h.open.Load() }
 
-// answered returns a channel closed when the store, failing now, answers
-// again: nil when it is not failing.
+// answered returns a channel closed when the store, whose last calls
+// failed, answers again: nil when the last call was answered.
 func (h *storeHealth) answered() <-chan struct{} {
-	if !h.open.Load() {
+	if h.fails.Load() == 0 && !h.open.Load() {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.open.Load() {
+	if h.fails.Load() == 0 && !h.open.Load() {
 		return nil
 	}
 	return h.back
@@ -154,12 +154,14 @@ func (h *storeHealth) report(probe bool, sent time.Time, end callEnd, err error,
 	var changed bool
 	switch end {
 	case callAnswered:
+		if h.fails.Load() > 0 || h.open.Load() {
+			close(h.back) // wake the writes waiting in the background
+			h.back = make(chan struct{})
+		}
 		h.fails.Store(0)
 		h.runStart = time.Time{}
 		if h.open.Load() {
 			h.open.Store(false)
-			close(h.back)
-			h.back = make(chan struct{})
 			changed = true
 		}
 	case callFailed:
