@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/contrib/idemprom"
 )
 
 var _ = registerServer("proxy", func(fs *flag.FlagSet) (func(context.Context, *env) error, bool) {
@@ -43,7 +44,7 @@ func registerProxyFlags(fs *flag.FlagSet) *proxyFlags {
 	fs.Lookup("timeout").Usage = "how long, `D`, the check of Redis at start may take (then the proxy exits 1)"
 	fs.StringVar(&p.listen, "listen", "", "`ADDR` to serve on, host:port (required)")
 	fs.StringVar(&p.upstream, "upstream", "", "`URL` of the upstream, http:// or https:// (required)")
-	fs.StringVar(&p.admin, "admin", "", "`ADDR` of the admin listener: /healthz (alive), /readyz (Redis passes idem's check); none by default")
+	fs.StringVar(&p.admin, "admin", "", "`ADDR` of the admin listener: /healthz (alive), /readyz (Redis passes idem's check), /metrics (Prometheus); none by default")
 	fs.StringVar(&p.prefix, "prefix", "idem", "key prefix `P` of the store (idem.WithPrefix)")
 	fs.StringVar(&p.methods, "methods", "POST,PATCH", "comma-separated `METHODS` that need a key; the others pass through")
 	fs.StringVar(&p.keyHeader, "key-header", "", "request header, `NAME`, that carries the key (default Idempotency-Key)")
@@ -124,7 +125,8 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 	}
 	log := slog.New(slog.NewJSONHandler(e.stderr, nil))
 	store := idem.NewRedisStore(e.client, idem.WithPrefix(p.prefix), idem.WithStoreLogger(log))
-	h, err := newProxyHandler(p, target, methods, store, log)
+	metrics := idemprom.New()
+	h, err := newProxyHandler(p, target, methods, store, log, metrics)
 	if err != nil {
 		return usageError(e, err.Error())
 	}
@@ -158,7 +160,7 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 		"methods", strings.Join(methods, ","), "scope_header", p.scopeHeader, "lease", p.lease.String(), "wait", p.wait.String())
 	return serve(ctx, log, p.shutdownTimeout, []*http.Server{
 		newServer(h, log),
-		newAdminServer(idem.NewRedisStore(e.client, idem.WithPrefix(p.prefix), idem.WithStoreLogger(slog.New(slog.DiscardHandler))), log),
+		newAdminServer(idem.NewRedisStore(e.client, idem.WithPrefix(p.prefix), idem.WithStoreLogger(slog.New(slog.DiscardHandler))), newRegistry(metrics), log),
 	}, []net.Listener{ln, adminLn})
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -12,18 +13,21 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/contrib/idemprom"
 	"github.com/idemkit/idem/internal/gateway"
 )
 
 // newProxyHandler returns the proxy's handler: the middleware around a
-// reverse proxy to target, and the log line of each request around both.
-func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger) (h http.Handler, err error) {
+// reverse proxy to target, counted by metrics (whose store gauge watches
+// the proxy's Guard), and the log line of each request around all.
+func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger, metrics *idemprom.Metrics) (h http.Handler, err error) {
 	transport, err := upstreamTransport(p)
 	if err != nil {
 		return nil, err
 	}
 	g := idem.New(store, idem.WithLease(p.lease), idem.WithRetention(p.retention), idem.WithWait(p.wait),
-		idem.WithLogger(log), idem.WithObserver(decisionObserver{}))
+		idem.WithLogger(log), idem.WithObserver(observers{decisionObserver{}, metrics}))
+	metrics.Watch(g) // for the life of the process
 	defer func() {
 		// Middleware, KeyFromJSON and FingerprintJSON panic on options
 		// they refuse: a usage error here.
@@ -32,7 +36,25 @@ func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *id
 		}
 	}()
 	mw := g.Middleware(p.httpOptions(methods)...)
-	return &logged{next: mw(upstreamHandler(target, transport, log)), log: log}, nil
+	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log))), log: log}, nil
+}
+
+// observers tells each of its Observers of every operation, in order.
+type observers []idem.Observer
+
+// Start implements idem.Observer.
+func (os observers) Start(ctx context.Context, kind idem.Kind) context.Context {
+	for _, o := range os {
+		ctx = o.Start(ctx, kind)
+	}
+	return ctx
+}
+
+// End implements idem.Observer.
+func (os observers) End(ctx context.Context, e idem.Event) {
+	for _, o := range os {
+		o.End(ctx, e)
+	}
 }
 
 // httpOptions are the middleware's options that the flags give.

@@ -39,6 +39,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		if t := TrackerFrom(b.ctx); t != nil {
 			t.bodyFailed.Store(true)
 		}
+		reportFrom(b.ctx).brokeOff()
 	}
 	return n, err
 }

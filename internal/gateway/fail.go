@@ -67,7 +67,7 @@ type Failure struct {
 //     AttemptHeader.
 //
 // The answers are application/problem+json, as the middleware's, with
-// Cache-Control: no-store.
+// Cache-Control: no-store. The context's Report, if any, notes the answer.
 func Fail(w http.ResponseWriter, r *http.Request, err error) Failure {
 	ctx := r.Context()
 	f := Failure{Status: http.StatusBadGateway, Type: ProblemUnreachable, Sent: TrackerFrom(ctx).Wrote(), Verdict: Unkeyed}
@@ -86,6 +86,7 @@ func Fail(w http.ResponseWriter, r *http.Request, err error) Failure {
 		f.Verdict = Released
 	}
 	writeProblem(w, f, keyed)
+	reportFrom(ctx).failed(f)
 	return f
 }
 

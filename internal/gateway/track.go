@@ -41,16 +41,21 @@ type trackerKey struct{}
 // Track returns a shallow copy of r whose context records, through
 // net/http/httptrace, whether r was written to an upstream connection, and
 // the Tracker that tells. The trace composes with any trace r's context
-// already has. Send the returned request (or one made from it that keeps
-// its context, as httputil.ReverseProxy and Caddy's reverse_proxy do).
+// already has, and times the upstream's answer in the context's Report,
+// if any (WithReport). Send the returned request (or one made from it that
+// keeps its context, as httputil.ReverseProxy and Caddy's reverse_proxy
+// do).
 func Track(r *http.Request) (*http.Request, *Tracker) {
 	t := &Tracker{}
+	rep := reportFrom(r.Context())
 	ctx := context.WithValue(r.Context(), trackerKey{}, t)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn: func(string) { rep.began() },
 		WroteHeaders: func() {
 			t.writes.Add(1)
 			t.wrote.Store(true)
 		},
+		GotFirstResponseByte: rep.answered,
 	})
 	return r.WithContext(ctx), t
 }
