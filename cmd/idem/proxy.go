@@ -37,6 +37,7 @@ type proxyFlags struct {
 	upstreamTimeout         time.Duration
 	upstreamCACert          string
 	shutdownTimeout         time.Duration
+	storeTimeout            time.Duration
 }
 
 func registerProxyFlags(fs *flag.FlagSet) *proxyFlags {
@@ -61,6 +62,7 @@ func registerProxyFlags(fs *flag.FlagSet) *proxyFlags {
 	fs.DurationVar(&p.upstreamTimeout, "upstream-timeout", time.Minute, "how long, `D`, to wait for the upstream's response headers (then 504, the outcome unknown)")
 	fs.StringVar(&p.upstreamCACert, "upstream-cacert", "", "PEM `FILE` of the CA that signed an https upstream's certificate (default: the system's CAs)")
 	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long, `D`, in-flight requests may take to finish")
+	fs.DurationVar(&p.storeTimeout, "store-timeout", time.Second, "the store budget, `D`: how long a request waits for any one Redis call (then 503, the upstream not called); while calls keep failing, keyed requests are refused at once (idem.WithStoreTimeout)")
 	return p
 }
 
@@ -105,8 +107,8 @@ func (p *proxyFlags) validate(e *env) (*url.URL, []string, error) {
 		return nil, nil, usageError(e, "-key-json and -key-header: the key is taken from one place; give one of them")
 	case p.wait < 0:
 		return nil, nil, usageError(e, "-wait must not be negative")
-	case p.lease <= 0, p.retention <= 0, p.upstreamTimeout <= 0, p.shutdownTimeout <= 0:
-		return nil, nil, usageError(e, "-lease, -retention, -upstream-timeout and -shutdown-timeout must be positive")
+	case p.lease <= 0, p.retention <= 0, p.upstreamTimeout <= 0, p.shutdownTimeout <= 0, p.storeTimeout <= 0:
+		return nil, nil, usageError(e, "-lease, -retention, -upstream-timeout, -shutdown-timeout and -store-timeout must be positive")
 	case p.maxBody <= 0:
 		return nil, nil, usageError(e, "-max-body must be positive")
 	case p.maxResponse < 0:

@@ -175,6 +175,27 @@ func TestProxyRedisFrozen(t *testing.T) {
 	require.Equal(t, http.StatusCreated, send(t, http.MethodPost, p.url+"/charges", `{}`).status, "unkeyed requests pass")
 }
 
+// TestProxyStoreTimeout: with Redis frozen and a URL that leaves go-redis
+// its defaults (a 3 s read timeout, retried: 10 s or more to an error),
+// -store-timeout bounds the wait of a keyed request, which gets 503
+// without reaching the upstream. The bound, 2 s, is ten times the budget
+// and below go-redis's first read timeout.
+func TestProxyStoreTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	u := newCounting(t, nil)
+	p := startProxy(t, "-upstream", u.srv.URL, "-redis", "redis://"+srv.Addr(), "-store-timeout", "200ms")
+	require.Equal(t, http.StatusCreated, send(t, http.MethodPost, p.url+"/charges", `{}`, "Idempotency-Key", "warm-1").status)
+	srv.Pause(t)
+	defer srv.Resume(t)
+	start := time.Now()
+	a := send(t, http.MethodPost, p.url+"/charges", `{}`, "Idempotency-Key", "budget-1")
+	took := time.Since(start)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, a.body)
+	require.Contains(t, problemType(t, a), "#store-unavailable")
+	require.Less(t, took, 2*time.Second, "bounded by -store-timeout, not by go-redis's timeouts")
+	require.EqualValues(t, 1, u.runs.Load(), "the upstream is not called")
+}
+
 // TestProxyShutdown: on SIGTERM, a request in flight finishes and is
 // stored; then the proxy exits 0.
 func TestProxyShutdown(t *testing.T) {

@@ -26,7 +26,7 @@ func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *id
 		return nil, err
 	}
 	g := idem.New(store, idem.WithLease(p.lease), idem.WithRetention(p.retention), idem.WithWait(p.wait),
-		idem.WithLogger(log), idem.WithObserver(observers{decisionObserver{}, metrics}))
+		idem.WithStoreTimeout(p.storeTimeout), idem.WithLogger(log), idem.WithObserver(observers{decisionObserver{}, metrics}))
 	metrics.Watch(g) // for the life of the process
 	defer func() {
 		// Middleware, KeyFromJSON and FingerprintJSON panic on options

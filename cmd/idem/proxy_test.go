@@ -180,7 +180,7 @@ func TestProxyHelp(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	for _, f := range []string{"listen", "upstream", "redis", "cacert", "timeout", "prefix", "methods", "key-header", "key-json",
 		"fingerprint-json", "require-key", "scope-header", "wait", "lease", "retention", "max-body", "max-response", "store-5xx",
-		"upstream-timeout", "upstream-cacert", "admin", "shutdown-timeout"} {
+		"upstream-timeout", "upstream-cacert", "admin", "shutdown-timeout", "store-timeout"} {
 		require.Regexp(t, `\n  -`+f+`[ \n]`, errOut, f)
 	}
 }
