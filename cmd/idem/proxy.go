@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -128,7 +127,9 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 	log := slog.New(slog.NewJSONHandler(e.stderr, nil))
 	store := idem.NewRedisStore(e.client, idem.WithPrefix(p.prefix), idem.WithStoreLogger(log))
 	metrics := idemprom.New()
-	h, err := newProxyHandler(p, target, methods, store, log, metrics)
+	cut, cutNow := context.WithCancel(context.Background())
+	defer cutNow()
+	h, err := newProxyHandler(p, target, methods, store, log, metrics, cut)
 	if err != nil {
 		return usageError(e, err.Error())
 	}
@@ -160,58 +161,9 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 	}
 	log.Info("idem proxy: serving", "event", "start", "listen", ln.Addr().String(), "upstream", target.Redacted(), "redis", e.target,
 		"methods", strings.Join(methods, ","), "scope_header", p.scopeHeader, "lease", p.lease.String(), "wait", p.wait.String())
-	return serve(ctx, log, p.shutdownTimeout, []*http.Server{
-		newServer(h, log),
+	running := &inflight{next: h}
+	return serve(ctx, log, p.shutdownTimeout, shutdown{running: running, cut: cutNow}, []*http.Server{
+		newServer(running, log),
 		newAdminServer(idem.NewRedisStore(e.client, idem.WithPrefix(p.prefix), idem.WithStoreLogger(slog.New(slog.DiscardHandler))), newRegistry(metrics), log),
 	}, []net.Listener{ln, adminLn})
-}
-
-// newServer returns the server of the proxy's listener: header reads are
-// bounded, bodies are streamed (the middleware bounds what it reads).
-func newServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// serve serves each server on its listener (a nil listener: not served)
-// until ctx ends or one fails, then shuts them down, letting in-flight
-// requests finish for up to grace.
-func serve(ctx context.Context, log *slog.Logger, grace time.Duration, servers []*http.Server, lns []net.Listener) error {
-	failed := make(chan error, len(servers))
-	for i, s := range servers {
-		if lns[i] == nil {
-			continue
-		}
-		go func() { failed <- s.Serve(lns[i]) }()
-	}
-	var err error
-	select {
-	case <-ctx.Done():
-		log.Info("idem proxy: shutting down; in-flight requests may finish", "event", "shutdown", "grace", grace.String())
-	case err = <-failed:
-		log.Error("idem proxy: a listener failed", "event", "listener_failed", "err", err)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	for i, s := range servers {
-		if lns[i] == nil {
-			continue
-		}
-		if serr := s.Shutdown(sctx); serr != nil {
-			log.Warn("idem proxy: requests still running at the end of the grace period were cut off; their keys stay in progress until their lease runs out", "event", "shutdown_cut", "err", serr)
-			s.Close()
-		}
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	if err == nil {
-		log.Info("idem proxy: stopped", "event", "stop")
-	}
-	return err
 }

@@ -96,7 +96,8 @@ func TestProxyDroppedReusedConnection(t *testing.T) {
 
 // TestProxyUpstreamRefused: an upstream that refuses connections gets 502
 // upstream-unreachable, never stored (even with -store-5xx); the key is
-// released, so a retry once the upstream is back runs at once.
+// released, so a retry once the upstream is back runs at once, and as
+// attempt 1: the attempt that never reached the upstream does not count.
 func TestProxyUpstreamRefused(t *testing.T) {
 	addr := closedAddr(t)
 	p := startProxy(t, proxyArgs(t, "http://"+addr, "-store-5xx", "-lease", "1m")...)
@@ -123,7 +124,7 @@ func TestProxyUpstreamRefused(t *testing.T) {
 	require.Empty(t, b.header.Get("Idempotent-Replayed"))
 	n, err := strconv.Atoi(u.requests()[0].attempt)
 	require.NoError(t, err)
-	require.Equal(t, 2, n, "the attempt after a released one")
+	require.Equal(t, 1, n, "an attempt never sent is not counted: the retry is attempt 1 again")
 	require.Equal(t, "true", post().header.Get("Idempotent-Replayed"))
 	require.EqualValues(t, 1, u.runs.Load())
 }
@@ -197,15 +198,19 @@ func TestProxyStoreTimeout(t *testing.T) {
 }
 
 // TestProxyShutdown: on SIGTERM, a request in flight finishes and is
-// stored; then the proxy exits 0.
+// stored; then the proxy exits 0, and the next proxy replays the response.
 func TestProxyShutdown(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	u := newCounting(t, func(w http.ResponseWriter, r *http.Request, run int32) {
-		close(started)
-		<-release
+		if run == 1 {
+			close(started)
+			<-release
+		}
 		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
 	})
-	p := startProxy(t, proxyArgs(t, u.srv.URL, "-shutdown-timeout", "10s")...)
+	args := proxyArgs(t, u.srv.URL, "-shutdown-timeout", "10s")
+	p := startProxy(t, args...)
 	done := make(chan answer, 1)
 	go func() { done <- send(t, http.MethodPost, p.url+"/charges", `{}`, "Idempotency-Key", "inflight-1") }()
 	<-started
@@ -216,6 +221,12 @@ func TestProxyShutdown(t *testing.T) {
 	require.Equal(t, http.StatusCreated, (<-done).status, "the request in flight finishes")
 	require.Equal(t, exitOK, <-stopped)
 	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "executed"}))
+
+	next := startProxy(t, args...)
+	a := send(t, http.MethodPost, next.url+"/charges", `{}`, "Idempotency-Key", "inflight-1")
+	require.Equal(t, "true", a.header.Get("Idempotent-Replayed"), "the response was recorded before the proxy stopped")
+	require.Equal(t, "charged", a.body)
+	require.EqualValues(t, 1, u.runs.Load())
 }
 
 // TestProxyBodyBrokenOff: an upstream that acts, answers, then breaks off

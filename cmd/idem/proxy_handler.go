@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,8 +20,9 @@ import (
 
 // newProxyHandler returns the proxy's handler: the middleware around a
 // reverse proxy to target, counted by metrics (whose store gauge watches
-// the proxy's Guard), and the log line of each request around all.
-func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger, metrics *idemprom.Metrics) (h http.Handler, err error) {
+// the proxy's Guard), and the log line of each request around all. When
+// cut ends, the calls to the upstream still running are cut off.
+func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger, metrics *idemprom.Metrics, cut context.Context) (h http.Handler, err error) {
 	transport, err := upstreamTransport(p)
 	if err != nil {
 		return nil, err
@@ -36,7 +38,7 @@ func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *id
 		}
 	}()
 	mw := g.Middleware(p.httpOptions(methods)...)
-	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log))), log: log}, nil
+	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log, cut))), log: log}, nil
 }
 
 // observers tells each of its Observers of every operation, in order.
@@ -116,10 +118,18 @@ func upstreamTransport(p *proxyFlags) (*http.Transport, error) {
 	return t, nil
 }
 
+// errCut is the cause of an upstream call cut off at shutdown.
+var errCut = errors.New("idem proxy: cut off at the end of the shutdown grace period")
+
 // upstreamHandler returns the handler inside the middleware: a reverse
 // proxy to target that sends the attempt header, tells the gateway whether
-// a failed request reached the upstream, and settles the key by it.
-func upstreamHandler(target *url.URL, transport http.RoundTripper, log *slog.Logger) http.Handler {
+// a failed request reached the upstream, and settles the key by it. The
+// middleware runs it detached from the client's connection (a client that
+// goes away does not stop it); its call to the upstream is cut off when cut
+// ends, at shutdown, and then fails as any upstream failure does: a
+// request not yet sent releases its key, one sent keeps it until its lease
+// runs out.
+func upstreamHandler(target *url.URL, transport http.RoundTripper, log *slog.Logger, cut context.Context) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -139,7 +149,10 @@ func upstreamHandler(target *url.URL, transport http.RoundTripper, log *slog.Log
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = gateway.Prepare(r)
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		defer context.AfterFunc(cut, func() { cancel(errCut) })()
+		r = gateway.Prepare(r.WithContext(ctx))
 		defer func() {
 			if v := recover(); gateway.Aborted(r.Context(), v) {
 				panic(v)

@@ -129,7 +129,8 @@ func TestAttemptHeader(t *testing.T) {
 
 // TestFailUnsent: an upstream that refuses connections gets 502
 // upstream-unreachable, never stored even where 5xx are, and the key is
-// released: the retry runs at once as attempt 2.
+// released: the retry runs at once, as attempt 1 again (an attempt never
+// sent does not count).
 func TestFailUnsent(t *testing.T) {
 	g, _ := newGuard(t, idem.WithLease(time.Hour))
 	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ int32) { io.WriteString(w, "ok") })
@@ -143,7 +144,7 @@ func TestFailUnsent(t *testing.T) {
 	require.Equal(t, gateway.ProblemUnreachable, problemType(t, w))
 	w = post(t, gatewayFor(g, u.srv.URL, all), "k1")
 	require.Equal(t, http.StatusOK, w.Code)
-	require.Equal(t, "2", <-u.attempts, "the released attempt is followed by attempt 2, at once")
+	require.Equal(t, "1", <-u.attempts, "the attempt never sent is taken back: the retry runs at once, as attempt 1 again")
 }
 
 // TestFailSent: an upstream that acts and hangs up gets 502
