@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/mod/modfile"
@@ -123,4 +124,47 @@ func writeModFile(file string, f *modfile.File) error {
 		return err
 	}
 	return os.WriteFile(file, data, 0o644)
+}
+
+// workReplacesAt rewrites the version of every replace of a sibling in the
+// repository's go.work to version. A command module requires its siblings
+// without a replace directive, so the workspace names the folder of each
+// one no other module replaces, at the version required.
+func workReplacesAt(root string, mods []*repoModule, version string) error {
+	file := filepath.Join(root, "go.work")
+	data, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w, err := modfile.ParseWork(file, data, nil)
+	if err != nil {
+		return err
+	}
+	by := siblings(mods)
+	changed := false
+	for _, r := range slices.Clone(w.Replace) {
+		old, new := r.Old, r.New // DropReplace clears r
+		if by[old.Path] == nil || old.Version == "" || old.Version == version {
+			continue
+		}
+		if err := w.DropReplace(old.Path, old.Version); err != nil {
+			return err
+		}
+		if err := w.AddReplace(old.Path, version, new.Path, new.Version); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	w.Cleanup()
+	if err := os.WriteFile(file, modfile.Format(w.Syntax), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("go.work: replaces the repository's modules at %s\n", version)
+	return nil
 }

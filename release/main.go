@@ -263,6 +263,9 @@ func prepare(ctx context.Context, root string, mods []*repoModule, version strin
 	if err := requireAt(mods, version); err != nil {
 		return err
 	}
+	if err := workReplacesAt(root, mods, version); err != nil {
+		return err
+	}
 	for _, m := range mods {
 		if m.Command {
 			if err := tidyCommand(ctx, m, mods); err != nil {

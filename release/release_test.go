@@ -146,6 +146,33 @@ func TestCommandModule(t *testing.T) {
 	}
 }
 
+// TestWorkReplacesAt: prepare moves the versioned replaces of the
+// repository's modules in go.work to the release version, and leaves the
+// others alone.
+func TestWorkReplacesAt(t *testing.T) {
+	files := repo("v0.1.0")
+	files["go.work"] = "go 1.26.0\n\nuse (\n\t.\n\t./cmd/idem\n\t./contrib/x\n)\n\n" +
+		"replace github.com/idemkit/idem/contrib/x v0.1.0 => ./contrib/x\n\nreplace example.com/other v1.0.0 => ./other\n"
+	root := writeTree(t, files)
+	mods, err := loadRepo(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout, _ = os.Open(os.DevNull)
+	err = workReplacesAt(root, mods, "v0.2.0")
+	os.Stdout = stdout
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(root, "go.work"))
+	for _, want := range []string{"replace github.com/idemkit/idem/contrib/x v0.2.0 => ./contrib/x", "replace example.com/other v1.0.0 => ./other"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("go.work lacks %q:\n%s", want, data)
+		}
+	}
+}
+
 func TestReleasedAndTags(t *testing.T) {
 	mods, err := loadRepo(writeTree(t, repo("v0.1.0")))
 	if err != nil {
