@@ -26,15 +26,6 @@ import (
 // drainTimeout bounds Drain after Redis answers again: a hang guard.
 const drainTimeout = 10 * time.Second
 
-// drain calls g.Drain(ctx), which waits for the store writes g continues in
-// the background.
-func drain(ctx context.Context, t *testing.T, g *idem.Guard) error {
-	t.Helper()
-	d, ok := any(g).(interface{ Drain(context.Context) error })
-	require.True(t, ok, "(*idem.Guard).Drain(ctx) error is not there")
-	return d.Drain(ctx)
-}
-
 // TestCompletionNotStoredInBudget: Do returns fn's value with ErrNotRecorded
 // within the budget of fn's return while Redis does not answer; after Redis
 // answers, Drain returns nil and a repeat replays the value without running
@@ -66,7 +57,7 @@ func TestCompletionNotStoredInBudget(t *testing.T) {
 				s.resume()
 				dctx, cancel := context.WithTimeout(ctx, drainTimeout)
 				defer cancel()
-				require.NoError(t, drain(dctx, t, g), "the completion was stored in the background")
+				require.NoError(t, g.Drain(dctx), "the completion was stored in the background")
 				v, err = idem.Do(ctx, g, "k", payment{Amount: 5}, fn)
 				require.NoError(t, err)
 				require.Equal(t, "charged", v, "the repeat replays the stored value")
@@ -115,7 +106,7 @@ func TestCompletionNotStoredInBudgetMiddleware(t *testing.T) {
 				s.resume()
 				ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 				defer cancel()
-				require.NoError(t, drain(ctx, t, g), "the completion was stored in the background")
+				require.NoError(t, g.Drain(ctx), "the completion was stored in the background")
 				rec = post()
 				require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 				require.Equal(t, "true", rec.Header().Get(idem.ReplayedHeader), "the retry gets the stored answer")

@@ -1,4 +1,3 @@
-
 package idem_test
 
 // Attempt.Fence counts the attempts that may have acted. An attempt that

@@ -14,7 +14,6 @@ package idem_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -266,63 +265,5 @@ func TestFrozenRedisRefusedWithinBudget(t *testing.T) {
 				})
 			}
 		}
-	}
-}
-
-// TestOrphanedClaimReleased: a claim sent to a Redis that did not answer is
-// released by its owner once Redis answers again, and does not count as an
-// attempt. The refused key's retry runs at once: never ErrInProgress (409),
-// the function runs exactly once, as attempt 1; a repeat then replays it.
-// The retries are sent until one is not refused, since fail-fast may still
-// be probing the store when the first is sent.
-func TestOrphanedClaimReleased(t *testing.T) {
-	for _, e := range sickEntries {
-		for _, fault := range sickFaults {
-			for _, c := range sickClients {
-				t.Run(e.name+"/"+fault+"/"+c.name, func(t *testing.T) {
-					s := startSick(t, fault)
-					g := s.guard(c.ctxTimeout)
-					warm(t, e, g)
-					s.freeze()
-					o, took := timed(func() sickOutcome { return e.call(t, g, "orphan-1") })
-					t.Logf("refused after %v", took.Round(time.Millisecond))
-					require.ErrorIs(t, o.err, idem.ErrStoreUnavailable)
-					require.False(t, o.ran)
-
-					back := s.resume()
-					o, refused := retryServed(t, e, g, "orphan-1")
-					t.Logf("served %v after Redis answered, %d retries refused first", time.Since(back).Round(time.Millisecond), refused)
-					require.NoError(t, o.err, "the retry after recovery (%d refused before it)", refused)
-					require.True(t, o.ran, "the retry runs the function")
-					if e.name != "Once" {
-						require.EqualValues(t, 1, o.fence, "the released orphan did not count as an attempt")
-					}
-					o = e.call(t, g, "orphan-1")
-					require.NoError(t, o.err)
-					require.False(t, o.ran, "the function ran once")
-					require.True(t, o.replayed)
-				})
-			}
-		}
-	}
-}
-
-// retryServed sends key through e until the request is not refused with
-// ErrStoreUnavailable, for at most sickRecovery, and returns what the first
-// such request got and how many were refused before it. It fails the test
-// at once on ErrInProgress: the key is held by a claim nobody runs.
-func retryServed(t *testing.T, e sickEntry, g *idem.Guard, key string) (sickOutcome, int) {
-	t.Helper()
-	deadline := time.Now().Add(sickRecovery)
-	for refused := 0; ; refused++ {
-		o := e.call(t, g, key)
-		require.False(t, errors.Is(o.err, idem.ErrInProgress),
-			"retry %d of %s got ErrInProgress (409): the refused request's claim holds the key", refused+1, key)
-		if !errors.Is(o.err, idem.ErrStoreUnavailable) || errors.Is(o.err, idem.ErrNotRecorded) {
-			return o, refused
-		}
-		require.False(t, o.ran)
-		require.True(t, time.Now().Before(deadline), "%s still refused %v after Redis answered: %v", key, sickRecovery, o.err)
-		time.Sleep(10 * time.Millisecond) // a client's pause between retries
 	}
 }

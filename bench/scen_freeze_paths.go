@@ -24,8 +24,13 @@ import (
 // What the freeze scenario (scen_freeze.go) runs on: a redis-server of its
 // own and the three entry points, each logging when its function ran.
 
-// quietGuard discards a Guard's log: the scenario counts what it would say.
-var quietGuard = idem.WithLogger(slog.New(slog.DiscardHandler))
+// freezeGuard returns a Guard on c with idem's defaults, whose store and
+// engine log nothing: the scenario counts what they would say.
+func freezeGuard(c *redis.Client) *idem.Guard {
+	quiet := slog.New(slog.DiscardHandler)
+	return idem.New(idem.NewRedisStore(c, idem.WithPrefix("fz"), idem.WithStoreLogger(quiet)),
+		idem.WithRetention(retention), idem.WithLogger(quiet))
+}
 
 // answerKind is what a request got, whatever the entry point.
 type answerKind int
@@ -140,7 +145,7 @@ type freezePath struct {
 func doPath(e *env, addr string) *freezePath {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
 	e.onClose(func() { c.Close() })
-	g := e.guard(c, "fz", quietGuard)
+	g := freezeGuard(c)
 	p := &freezePath{name: "`idem.Do`", log: newRunLog()}
 	p.send = func(ctx context.Context, key string) answerKind {
 		_, err := idem.Do(ctx, g, key, theReq, func(context.Context, *idem.Attempt) (payment, error) {
@@ -206,7 +211,7 @@ func middlewarePath(e *env, addr string) *freezePath {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
 	e.onClose(func() { c.Close() })
 	log := newRunLog()
-	srv := httptest.NewServer(e.guard(c, "fz", quietGuard).Middleware()(upstream(log)))
+	srv := httptest.NewServer(freezeGuard(c).Middleware()(upstream(log)))
 	e.onClose(srv.Close)
 	return httpPath(e, "`g.Middleware`", srv.URL, log)
 }
