@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisauth"
+	"github.com/idemkit/idem/internal/redisurl"
 )
 
 func main() {
@@ -151,11 +152,11 @@ func (c *commonFlags) execute(ctx context.Context, cmd *command, e *env) error {
 	}
 	var roots *x509.CertPool
 	if c.caCert != "" {
-		if !tlsScheme(c.redisURL) {
+		if !redisurl.TLS(c.redisURL) {
 			return usageError(e, "-cacert applies to TLS URLs only (rediss://, rediss+sentinel://, rediss+cluster://)")
 		}
 		var err error
-		if roots, err = loadCACert(c.caCert); err != nil {
+		if roots, err = redisurl.LoadCACert(c.caCert); err != nil {
 			return usageError(e, "-cacert: "+err.Error())
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemprom"
 	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/internal/redisurl"
 )
 
 // newProxyHandler returns the proxy's handler: the middleware around a
@@ -109,7 +110,7 @@ func upstreamTransport(p *proxyFlags) (*http.Transport, error) {
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 1024
 	t.Proxy = nil // the upstream is reached directly, whatever HTTP_PROXY says
 	if p.upstreamCACert != "" {
-		roots, err := loadCACert(p.upstreamCACert)
+		roots, err := redisurl.LoadCACert(p.upstreamCACert)
 		if err != nil {
 			return nil, fmt.Errorf("-upstream-cacert: %w", err)
 		}

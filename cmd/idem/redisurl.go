@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"crypto/x509"
-	"errors"
-	"fmt"
-	"net"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/redisurl"
 )
 
 // The CLI's dial timeout and attempts, unless the URL sets them: an
@@ -26,162 +23,10 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// cliDefaults returns the dial timeout and attempts to use: the CLI's,
-// unless the URL's options set them.
-func cliDefaults(query url.Values, timeout time.Duration, retries int) (time.Duration, int) {
-	if !query.Has("dial_timeout") {
-		timeout = dialTimeout
-	}
-	if !query.Has("dialer_retries") {
-		retries = dialerRetries
-	}
-	return timeout, retries
-}
-
-// connect returns a client for a -redis URL (see the package doc), and a
-// description of where it points, without credentials. With roots, a TLS
-// URL trusts those CAs instead of the system's. It does no I/O.
+// connect returns a client for a -redis URL (see the package doc and
+// internal/redisurl), and a description of where it points, without
+// credentials. With roots, a TLS URL trusts those CAs instead of the
+// system's. It does no I/O.
 func connect(raw string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return nil, "", fmt.Errorf("%q is not a URL: want redis://host:port, redis+sentinel://host:port/master or redis+cluster://host:port", raw)
-	}
-	switch scheme {
-	case "redis", "rediss", "unix":
-		o, err := redis.ParseURL(raw)
-		if err != nil {
-			return nil, "", err
-		}
-		q := url.Values{}
-		if u, err := url.Parse(raw); err == nil {
-			q = u.Query()
-		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.DialerRetries = cliDefaults(q, o.DialTimeout, o.DialerRetries)
-		o.Dialer = secure(o.TLSConfig, roots, o.DialTimeout)
-		return redis.NewClient(o), o.Addr, nil
-	case "redis+sentinel", "rediss+sentinel":
-		return sentinelClient(strings.TrimSuffix(scheme, "+sentinel"), rest, roots)
-	case "redis+cluster", "rediss+cluster":
-		return clusterClient(strings.TrimSuffix(scheme, "+cluster"), rest, roots)
-	}
-	return nil, "", fmt.Errorf("unknown scheme %q: want redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", scheme)
-}
-
-// multiHostURL is a URL whose host part lists several hosts, which net/url
-// does not parse.
-type multiHostURL struct {
-	user  *url.Userinfo
-	hosts []string // with ports
-	path  []string // the path's segments
-	query url.Values
-}
-
-func parseMultiHost(rest, defaultPort string) (*multiHostURL, error) {
-	u := &multiHostURL{}
-	rest, rawQuery, _ := strings.Cut(rest, "?")
-	authority, path, _ := strings.Cut(rest, "/")
-	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
-		parsed, err := url.Parse("redis://" + authority[:i+1] + "localhost")
-		if err != nil {
-			return nil, errors.New("unreadable user or password")
-		}
-		u.user, authority = parsed.User, authority[i+1:]
-	}
-	for h := range strings.SplitSeq(authority, ",") {
-		if h == "" {
-			return nil, errors.New("empty host")
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(strings.Trim(h, "[]"), defaultPort)
-		}
-		u.hosts = append(u.hosts, h)
-	}
-	for s := range strings.SplitSeq(path, "/") {
-		if s != "" {
-			u.path = append(u.path, s)
-		}
-	}
-	var err error
-	if u.query, err = url.ParseQuery(rawQuery); err != nil {
-		return nil, fmt.Errorf("options: %w", err)
-	}
-	return u, nil
-}
-
-// goRedisURL returns the URL go-redis parses: the first host, others as
-// addr options.
-func (u *multiHostURL) goRedisURL(scheme string, user *url.Userinfo, path string) string {
-	q := url.Values{}
-	for k, v := range u.query {
-		q[k] = v
-	}
-	for _, h := range u.hosts[1:] {
-		q.Add("addr", h)
-	}
-	g := url.URL{Scheme: scheme, User: user, Host: u.hosts[0], Path: path, RawQuery: q.Encode()}
-	return g.String()
-}
-
-// sentinelClient returns a failover client for
-// [user:password@]host:port,.../master[/db][?options].
-func sentinelClient(scheme, rest string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
-	u, err := parseMultiHost(rest, "26379")
-	if err != nil {
-		return nil, "", err
-	}
-	if len(u.path) == 0 || len(u.path) > 2 {
-		return nil, "", errors.New("a Sentinel URL names the master after the hosts: redis+sentinel://host:port,host:port/master[/db]")
-	}
-	master := u.path[0]
-	// go-redis takes the Sentinels' credentials from the user part and the
-	// data nodes' from options; this URL has them the other way round,
-	// like redis:// where the user part is the data node's.
-	var sentinelUser *url.Userinfo
-	if p, ok := u.query["sentinel_password"]; ok {
-		sentinelUser = url.UserPassword(u.query.Get("sentinel_username"), p[0])
-	} else if n := u.query.Get("sentinel_username"); n != "" {
-		sentinelUser = url.User(n)
-	}
-	u.query.Del("sentinel_username")
-	u.query.Del("sentinel_password")
-	if u.user != nil {
-		u.query.Set("username", u.user.Username())
-		if p, ok := u.user.Password(); ok {
-			u.query.Set("password", p)
-		}
-	}
-	u.query.Set("master_name", master)
-	path := ""
-	if len(u.path) == 2 {
-		path = "/" + u.path[1]
-	}
-	o, err := redis.ParseFailoverURL(u.goRedisURL(scheme, sentinelUser, path))
-	if err != nil {
-		return nil, "", err
-	}
-	o.ContextTimeoutEnabled = true
-	o.DialTimeout, o.DialerRetries = cliDefaults(u.query, o.DialTimeout, o.DialerRetries)
-	o.Dialer = secure(o.TLSConfig, roots, o.DialTimeout)
-	return redis.NewFailoverClient(o), fmt.Sprintf("master %q via Sentinel %s", master, strings.Join(u.hosts, ",")), nil
-}
-
-// clusterClient returns a cluster client for
-// [user:password@]host:port,...[?options].
-func clusterClient(scheme, rest string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
-	u, err := parseMultiHost(rest, "6379")
-	if err != nil {
-		return nil, "", err
-	}
-	if len(u.path) > 0 {
-		return nil, "", errors.New("a Redis Cluster has no databases: remove the path from redis+cluster://host:port,host:port")
-	}
-	o, err := redis.ParseClusterURL(u.goRedisURL(scheme, u.user, ""))
-	if err != nil {
-		return nil, "", err
-	}
-	o.ContextTimeoutEnabled = true
-	o.DialTimeout, o.DialerRetries = cliDefaults(u.query, o.DialTimeout, o.DialerRetries)
-	o.Dialer = secure(o.TLSConfig, roots, o.DialTimeout)
-	return redis.NewClusterClient(o), "cluster " + strings.Join(u.hosts, ","), nil
+	return redisurl.Client(raw, redisurl.Options{Roots: roots, DialTimeout: dialTimeout, DialerRetries: dialerRetries})
 }
