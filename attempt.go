@@ -30,7 +30,7 @@ type Attempt struct {
 	Fence int64
 
 	store idemstore.Store
-	g     *Guard // nil on an Attempt idem did not create
+	saver checkpointSaver // the Guard that runs the attempt; nil on an Attempt idem did not create
 	owner string
 
 	mu  sync.Mutex
@@ -120,23 +120,18 @@ func (a *Attempt) Checkpoint(ctx context.Context, name string, value []byte) err
 	return nil
 }
 
-// checkpoint saves the value within the store timeout, through fail-fast.
+// checkpointSaver saves an attempt's checkpoints: the Guard, which bounds
+// each by its store timeout and fail-fast.
+type checkpointSaver interface {
+	saveCheckpoint(ctx context.Context, a *Attempt, name string, value []byte) error
+}
+
+// checkpoint saves the value through the Guard that runs the attempt.
 func (a *Attempt) checkpoint(ctx context.Context, name string, value []byte) error {
-	g := a.g
-	switch {
-	case g == nil:
+	if a.saver == nil {
 		return a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
-	case !g.inlineWrites:
-		_, _, err := storeCall(ctx, g, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
-		})
-		return err
 	}
-	c, err := g.begin(ctx, g.budget, false)
-	if err != nil {
-		return err
-	}
-	return g.end(&c, a.store.Checkpoint(c.ctx, a.ID, a.owner, name, value))
+	return a.saver.saveCheckpoint(ctx, a, name, value)
 }
 
 // Checkpoints returns a copy of the checkpoints saved by earlier attempts and

@@ -174,12 +174,12 @@ func (g *Guard) claim(ctx context.Context, id string, req idemstore.ClaimRequest
 			return g.store.Claim(ctx, id, req)
 		})
 	}
-	c, err := g.begin(ctx, g.budget, false)
+	c, err := g.beginCall(ctx, g.budget, false)
 	if err != nil {
 		return idemstore.ClaimResult{}, time.Time{}, err
 	}
 	res, err := g.store.Claim(c.ctx, id, req)
-	return res, c.sent, g.end(&c, err)
+	return res, c.sent, g.endCall(&c, err)
 }
 
 // outcomeOf names how an operation ended, from what exec returned: out and
@@ -286,6 +286,10 @@ func (w *waiter) close() {
 func (g *Guard) run(ctx context.Context, o op, id, owner string, lt leaseTerms, res idemstore.ClaimResult, fn runFunc) (outcome, error) {
 	t := o.obs.now()
 	lt, err := g.confirmLease(ctx, id, owner, lt)
+	if err != nil {
+		// fn never ran: the claim is taken back, its fence not counted.
+		g.takeBack(ctx, id, owner, lt.sent.Add(lt.lease))
+	}
 	o.obs.storeSince(t)
 	if err != nil {
 		return outcome{}, err
@@ -294,7 +298,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, lt leaseTerms, 
 	st := &struct {
 		a    Attempt
 		hold leaseHold
-	}{a: Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, g: g, owner: owner, cps: res.Checkpoints}}
+	}{a: Attempt{Key: o.key, ID: id, Fence: res.Fence, store: g.store, saver: g, owner: owner, cps: res.Checkpoints}}
 	a, hold := &st.a, &st.hold
 	hctx := g.holdLease(ctx, hold, id, owner, lt)
 	finished := false
@@ -325,7 +329,7 @@ func (g *Guard) run(ctx context.Context, o op, id, owner string, lt leaseTerms, 
 		g.giveUp(ctx, a, hold.valid)
 		return out, nil
 	}
-	cerr := g.complete(ctx, o, a, payload, hold.valid)
+	cerr := g.complete(ctx, a, payload, g.retentionOf(o), hold.valid)
 	if cerr != nil {
 		out.pending = errors.As(cerr, new(*pendingError))
 		return out, cerr

@@ -82,3 +82,7 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string        { return e.err.Error() }
 func (e *permanentError) Unwrap() error        { return e.err }
 func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// errWriteTimeout reports a store call that did not answer within the
+// Guard's store timeout (or, for a completion, its write timeout).
+var errWriteTimeout = errors.New("idem: the store did not answer in time")

@@ -261,3 +261,31 @@ func isNil(v any) bool {
 	}
 	return false
 }
+
+// StoreState returns the state of the Guard's store: StoreFailing while
+// new operations are refused at once because its calls kept failing, else
+// StoreOK. Guards over one RedisStore share the state.
+func (g *Guard) StoreState() StoreState {
+	if g == nil || g.health == nil || !g.health.failing() {
+		return StoreOK
+	}
+	return StoreFailing
+}
+
+// watchStoreState tells o of the changes of g's store state, when o wants
+// to know (StoreStateObserver).
+func (g *Guard) watchStoreState(o Observer) {
+	so, ok := o.(StoreStateObserver)
+	if !ok {
+		return
+	}
+	log := g.log
+	g.health.watch(func(s StoreState, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("idem: observer panicked", "event", "observer_panic", "panic", p)
+			}
+		}()
+		so.StoreStateChanged(s, err)
+	})
+}

@@ -181,10 +181,10 @@ func leaseEnd(sent time.Time, lease time.Duration) time.Time { return sent.Add(l
 // re-sent after a lost reply) is renewed first, so that fn starts with
 // most of a lease; a claim or renewal whose reply came after the end of the
 // lease it set is lost, whatever it says, since another attempt may hold
-// the key by then. A lost or unrenewable claim is taken back (fn never ran:
-// the next attempt gets the same fence) and fn does not run: the error
-// wraps ErrStoreUnavailable (and ErrLeaseLost when the reply came too
-// late).
+// the key by then. For a lost or unrenewable claim it returns an error
+// wrapping ErrStoreUnavailable (and ErrLeaseLost when the reply came too
+// late): fn must not run, and the caller takes the claim back (the next
+// attempt gets the same fence).
 func (g *Guard) confirmLease(ctx context.Context, id, owner string, lt leaseTerms) (leaseTerms, error) {
 	late := time.Since(lt.sent)
 	if late <= lt.lease/3 {
@@ -199,11 +199,9 @@ func (g *Guard) confirmLease(ctx context.Context, id, owner string, lt leaseTerm
 		case err == nil || errors.Is(err, errRenewTimeout):
 			err = ErrLeaseLost
 		}
-		g.takeBack(ctx, id, owner, leaseEnd(lt.sent, lt.lease))
 		return lt, fmt.Errorf("%w: the claim answered after %v and its lease could not be renewed in time: %w",
 			ErrStoreUnavailable, late.Round(time.Millisecond), err)
 	}
-	g.takeBack(ctx, id, owner, lt.sent.Add(lt.lease))
 	return lt, fmt.Errorf("%w: the claim answered after %v, past the end of its %v lease: %w",
 		ErrStoreUnavailable, late.Round(time.Millisecond), lt.lease, ErrLeaseLost)
 }

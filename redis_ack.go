@@ -111,6 +111,10 @@ func (e *unackedError) Error() string {
 	return fmt.Sprintf("idem: %d of %d replicas acknowledged the write within %v", e.n, e.want, e.wait)
 }
 
+// answeredByStore marks the error as the store's answer (answeredError):
+// a claim it refused was released already.
+func (*unackedError) answeredByStore() {}
+
 // acked returns err, or else ackErr.
 func acked(err, ackErr error) error {
 	if err != nil {

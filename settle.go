@@ -80,20 +80,20 @@ func (g *Guard) settled(ctx context.Context, w *settleWrite, err error) {
 	}
 }
 
-// complete stores fn's payload as the result of a's operation o; until is
-// when a's lease ends by its own clock. It returns nil when stored, else
+// complete stores fn's payload as the result of a's operation, kept for
+// retention; until is when a's lease ends by its own clock. It returns nil when stored, else
 // ErrNotRecorded joined with the cause: ErrLeaseLost, or
 // ErrStoreUnavailable (wrapping a *pendingError while the completion goes
 // on in the background).
-func (g *Guard) complete(ctx context.Context, o op, a *Attempt, payload []byte, until time.Time) error {
-	w := settleWrite{kind: writeComplete, id: a.ID, owner: a.owner, payload: payload, retention: g.retentionOf(o), key: o.key, fence: a.Fence}
+func (g *Guard) complete(ctx context.Context, a *Attempt, payload []byte, retention time.Duration, until time.Time) error {
+	w := settleWrite{kind: writeComplete, id: a.ID, owner: a.owner, payload: payload, retention: retention, key: a.Key, fence: a.Fence}
 	err := g.settle(ctx, w, until)
 	var pe *pendingError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &pe):
-		g.log.WarnContext(ctx, "idem: the result was not stored within the store timeout; storing it goes on in the background", "event", "result_pending", "key", o.key, "id", a.ID, "fence", a.Fence, "err", pe.first)
+		g.log.WarnContext(ctx, "idem: the result was not stored within the store timeout; storing it goes on in the background", "event", "result_pending", "key", a.Key, "id", a.ID, "fence", a.Fence, "err", pe.first)
 	default:
 		g.settled(ctx, &w, err)
 		if errors.Is(err, ErrLeaseLost) {
@@ -181,13 +181,90 @@ func (g *Guard) writeOnce(ctx context.Context, d time.Duration, w settleWrite) e
 			return err
 		}
 		sent := time.Now()
-		_, err = within(ctx, g, d, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.do(ctx, g.store) })
+		_, err = callWithin(ctx, g, d, true, func(ctx context.Context) (struct{}, error) { return struct{}{}, w.do(ctx, g.store) })
 		g.health.report(probe, sent, endOf(context.Background(), err), err, g.budget)
 		return err
 	}
-	c, err := g.begin(ctx, d, true)
+	c, err := g.beginCall(ctx, d, true)
 	if err != nil {
 		return err
 	}
-	return g.end(&c, w.do(c.ctx, g.store))
+	return g.endCall(&c, w.do(c.ctx, g.store))
 }
+
+// Store writes that outlive their request: a completion, a release or the
+// take-back of an unanswered claim that did not answer within the store
+// timeout goes on in the background, tried again until the store answers
+// or the lease it is about would have ended. Drain waits for them.
+
+// Drain waits until the store writes the Guard goes on with in the
+// background are done, or ctx ends (then it returns ctx's cause). A
+// completion or a release that did not answer within the store timeout
+// (WithStoreTimeout), and the take-back of a claim whose answer never came,
+// are tried again in the background until the store answers or the lease
+// they are about would have ended. Call Drain before a process exits (after
+// http.Server.Shutdown), or before an AWS Lambda handler returns, so that a
+// result the client got is stored. It is safe to call at any time, from
+// any goroutine.
+func (g *Guard) Drain(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	idle := g.pending.wait()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Pacing of background writes: the first try again after retryFirst, then
+// twice as long each time, up to retryMax.
+const (
+	retryFirst = 10 * time.Millisecond
+	retryMax   = 200 * time.Millisecond
+)
+
+// later goes on with the write w in the background: it tries it again
+// until the store answers or until passes, and logs how it ended.
+func (g *Guard) later(ctx context.Context, w settleWrite, until time.Time) {
+	g.pending.add()
+	go g.retry(context.WithoutCancel(ctx), w, until)
+}
+
+// retry tries w again until the store answers or until passes, pausing
+// retryFirst, then twice as long each time up to retryMax, or until a
+// failing store answers again.
+func (g *Guard) retry(ctx context.Context, w settleWrite, until time.Time) {
+	defer g.pending.done()
+	delay := retryFirst
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-g.health.answered(): // nil, and never ready, unless failing
+		}
+		err := g.writeOnce(ctx, g.budget, w)
+		if err == nil || classify(err) == callAnswered || !time.Now().Before(until) {
+			g.settled(ctx, &w, err)
+			return
+		}
+		delay = min(2*delay, retryMax)
+		t.Reset(min(delay, max(time.Until(until), 0)))
+	}
+}
+
+// pendingError reports a write that did not answer in time and goes on in
+// the background.
+type pendingError struct{ first error }
+
+func (e *pendingError) Error() string {
+	return "idem: the store did not answer in time; the write goes on in the background: " + e.first.Error()
+}
+
+func (e *pendingError) Unwrap() error { return e.first }

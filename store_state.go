@@ -2,11 +2,16 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // StoreState is a Guard's view of its store, as fail-fast keeps it (see
@@ -31,16 +36,6 @@ const (
 // share a RedisStore share its state, and each one's Observer is told.
 type StoreStateObserver interface {
 	StoreStateChanged(s StoreState, err error)
-}
-
-// StoreState returns the state of the Guard's store: StoreFailing while
-// new operations are refused at once because its calls kept failing, else
-// StoreOK. Guards over one RedisStore share the state.
-func (g *Guard) StoreState() StoreState {
-	if g == nil || g.health == nil || !g.health.failing() {
-		return StoreOK
-	}
-	return StoreFailing
 }
 
 // Fail fast: a store whose calls keep failing is refused at once, as a
@@ -212,24 +207,6 @@ type healthStore interface {
 	storeHealth() *storeHealth
 }
 
-// watchStoreState tells o of the changes of g's store state, when o wants
-// to know (StoreStateObserver).
-func (g *Guard) watchStoreState(o Observer) {
-	so, ok := o.(StoreStateObserver)
-	if !ok {
-		return
-	}
-	log := g.log
-	g.health.watch(func(s StoreState, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("idem: observer panicked", "event", "observer_panic", "panic", p)
-			}
-		}()
-		so.StoreStateChanged(s, err)
-	})
-}
-
 // endOf classifies how a store call that returned err ended, for report;
 // ctx is the caller's context.
 func endOf(ctx context.Context, err error) callEnd {
@@ -240,4 +217,74 @@ func endOf(ctx context.Context, err error) callEnd {
 		return callDropped
 	}
 	return classify(err)
+}
+
+// classify tells how a store call that failed with err ended, for
+// fail-fast: the store answered (a refusal such as ErrLeaseLost, a script's
+// error), did not answer (a timeout, a refused or broken connection, a
+// server that is loading or has lost its master), or neither (the call was
+// refused before it went out).
+func classify(err error) callEnd {
+	var fe *failingError
+	var rerr redis.Error
+	var ae answeredError
+	switch {
+	case errors.As(err, &fe):
+		return callDropped
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrUnreadable), errors.As(err, &ae):
+		return callAnswered
+	case errors.Is(err, errWriteTimeout), errors.Is(err, context.DeadlineExceeded):
+		return callFailed
+	case errors.As(err, &rerr):
+		for _, p := range outagePrefixes {
+			if strings.HasPrefix(rerr.Error(), p) {
+				return callFailed
+			}
+		}
+		return callAnswered
+	case errors.Is(err, ErrStoreUnavailable):
+		// A store that cannot work at all (a nil client, a Ring, a sealer's
+		// bad key) or too few replicas: it is not down, it is refused.
+		return callDropped
+	}
+	return callFailed
+}
+
+// answeredError is an error of a store that answered, and undid what the
+// call did (a RedisStore's write that too few replicas acknowledged).
+type answeredError interface {
+	error
+	answeredByStore()
+}
+
+// outagePrefixes are the error replies of a server that cannot serve now,
+// though it answers: loading its data, cut off from its master or cluster,
+// or busy with a script.
+var outagePrefixes = []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY ", "READONLY"}
+
+// mayHaveRun reports whether a store call that failed with err may still
+// have run, or still run, on the server: it was (or may have been) sent,
+// and its reply never came. A call refused by fail-fast, a connection that
+// could not be made, a server's error reply and a store that cannot work
+// did not run.
+func mayHaveRun(err error) bool {
+	var fe *failingError
+	var rerr redis.Error
+	var dial *net.OpError
+	var ae answeredError
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &fe), errors.As(err, &rerr):
+		return false
+	case errors.As(err, &ae): // the store undid it already
+		return false
+	case errors.As(err, &dial) && dial.Op == "dial":
+		return false
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, errWriteTimeout):
+		return false
+	}
+	return true
 }

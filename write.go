@@ -2,7 +2,6 @@ package idem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -12,15 +11,11 @@ import (
 // Guard's store timeout (WithStoreTimeout), whatever the Redis client's own
 // timeouts and retries, and goes through fail-fast first (storeHealth).
 
-// errWriteTimeout reports a store call that did not answer within the
-// Guard's store timeout (or, for a completion, its write timeout).
-var errWriteTimeout = errors.New("idem: the store did not answer in time")
-
 // storeCall runs f, one store call on a request's path, if fail-fast lets
 // it go out, and waits for it at most the store timeout. It returns when the
 // call was sent (the moment its lease is measured from), and a
 // *failingError when the call was refused and never sent. Call sites on the
-// hot path use begin and end instead where the store returns by its
+// hot path use beginCall and endCall instead where the store returns by its
 // deadline, so that no closure is made.
 func storeCall[T any](ctx context.Context, g *Guard, f func(context.Context) (T, error)) (T, time.Time, error) {
 	probe, err := g.health.admit()
@@ -29,13 +24,13 @@ func storeCall[T any](ctx context.Context, g *Guard, f func(context.Context) (T,
 		return zero, time.Time{}, err
 	}
 	sent := time.Now()
-	v, err := within(ctx, g, g.budget, false, f)
+	v, err := callWithin(ctx, g, g.budget, false, f)
 	g.health.report(probe, sent, endOf(ctx, err), err, g.budget)
 	return v, sent, err
 }
 
 // inlineCall is a store call made on the caller's goroutine, to a store
-// that returns by its context's deadline; see begin.
+// that returns by its context's deadline; see beginCall.
 type inlineCall struct {
 	caller context.Context // the caller's context
 	ctx    context.Context // the call's: the caller's, with the deadline
@@ -44,11 +39,11 @@ type inlineCall struct {
 	sent   time.Time
 }
 
-// begin starts a store call on the caller's goroutine, to be ended by end:
+// beginCall starts a store call on the caller's goroutine, to be ended by endCall:
 // it asks fail-fast (a *failingError when the call is refused) and returns
 // the call's context, ctx with a deadline d away (detached from ctx's
 // cancellation with detach).
-func (g *Guard) begin(ctx context.Context, d time.Duration, detach bool) (inlineCall, error) {
+func (g *Guard) beginCall(ctx context.Context, d time.Duration, detach bool) (inlineCall, error) {
 	probe, err := g.health.admit()
 	if err != nil {
 		return inlineCall{}, err
@@ -61,9 +56,9 @@ func (g *Guard) begin(ctx context.Context, d time.Duration, detach bool) (inline
 	return c, nil
 }
 
-// end ends a call started by begin that returned err, and returns err,
+// endCall ends a call started by beginCall that returned err, and returns err,
 // wrapping errWriteTimeout when the call's deadline ended it.
-func (g *Guard) end(c *inlineCall, err error) error {
+func (g *Guard) endCall(c *inlineCall, err error) error {
 	if err != nil && c.caller.Err() == nil && c.ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", errWriteTimeout, err)
 	}
@@ -73,15 +68,15 @@ func (g *Guard) end(c *inlineCall, err error) error {
 }
 
 // bounded runs a store write detached from ctx's cancellation and waits for
-// it at most the write timeout; see within.
+// it at most the write timeout; see callWithin.
 func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) error {
-	_, err := within(ctx, g, g.write, true, func(ctx context.Context) (struct{}, error) {
+	_, err := callWithin(ctx, g, g.write, true, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f(ctx)
 	})
 	return err
 }
 
-// within runs f, a store call, and waits for it at most d; f gets a context
+// callWithin runs f, a store call, and waits for it at most d; f gets a context
 // with that deadline. With detach, f runs without ctx's cancellation (a
 // write after fn returned, which a caller giving up must not void);
 // otherwise the wait also ends when ctx does, with ctx's cause.
@@ -93,7 +88,7 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // runs on a goroutine of its own, which is left to finish within the
 // client's own timeouts when the wait ends. A call not answered within d
 // returns an error wrapping errWriteTimeout.
-func within[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, f func(context.Context) (T, error)) (T, error) {
+func callWithin[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, f func(context.Context) (T, error)) (T, error) {
 	if detach && ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -120,7 +115,7 @@ func within[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, 
 	return zero, errWriteTimeout
 }
 
-// boundedCall is a store call run by within on a goroutine of its own.
+// boundedCall is a store call run by callWithin on a goroutine of its own.
 type boundedCall[T any] struct {
 	f      func(context.Context) (T, error)
 	ctx    context.Context
@@ -134,4 +129,20 @@ func (c *boundedCall[T]) run() {
 	c.v, c.err = c.f(c.ctx)
 	c.done.Store(true)
 	c.cancel()
+}
+
+// saveCheckpoint saves a checkpoint of a within the store timeout, if
+// fail-fast lets it go out.
+func (g *Guard) saveCheckpoint(ctx context.Context, a *Attempt, name string, value []byte) error {
+	if !g.inlineWrites {
+		_, _, err := storeCall(ctx, g, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.store.Checkpoint(ctx, a.ID, a.owner, name, value)
+		})
+		return err
+	}
+	c, err := g.beginCall(ctx, g.budget, false)
+	if err != nil {
+		return err
+	}
+	return g.endCall(&c, a.store.Checkpoint(c.ctx, a.ID, a.owner, name, value))
 }
