@@ -67,8 +67,8 @@
 //	idem.replayed  bool    the stored result was returned (outcome replayed)
 //	idem.id        string  the operation id, only with WithOperationID
 //
-// A span whose outcome is store_unavailable, lease_lost, not_recorded or
-// unreadable has status Error, with the caller's error recorded as an
+// A span whose outcome is store_unavailable, lease_lost, not_recorded,
+// recording or unreadable has status Error, with the caller's error recorded as an
 // exception event. The other outcomes leave the status unset: a conflict or a
 // mismatch is the client's, and fn's own error is for the spans fn opens and
 // the caller's to record. The metrics do not depend on sampling: an
@@ -79,7 +79,7 @@
 // No attribute carries an idempotency key, a message id, a scope (tenant,
 // account) or a request: keys are chosen by clients and may be personal, and
 // one series per key would be unbounded. The metrics have at most 3 kinds ×
-// 13 outcomes series each. WithOperationID adds to the spans (never to the
+// 14 outcomes series each. WithOperationID adds to the spans (never to the
 // metrics) the operation id that idem.OperationID computes and Inspect and
 // Forget take: an operator who knows a key can find its spans. The id is an
 // unsalted hash of the kind, scope and key, so it hides a random key (a

@@ -183,8 +183,15 @@ func (s *completeStore) Complete(context.Context, string, string, []byte, time.D
 	return s.err
 }
 
+// serverError is an error reply of Redis, as go-redis returns one.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
 // TestDoNotStoredEndToEnd: fn ran but its result was not stored, because
-// the lease was lost or the store failed: the span's status is Error.
+// the lease was lost, the store refused it, or did not answer in time (then
+// it goes on in the background): the span's status is Error.
 func TestDoNotStoredEndToEnd(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		for _, tc := range []struct {
@@ -193,11 +200,14 @@ func TestDoNotStoredEndToEnd(t *testing.T) {
 			outcome idem.Outcome
 		}{
 			{name: "lease lost", err: idem.ErrLeaseLost, outcome: idem.OutcomeLeaseLost},
-			{name: "store failed", err: errors.New("i/o timeout"), outcome: idem.OutcomeNotRecorded},
+			{name: "store refused", err: serverError("ERR script failed"), outcome: idem.OutcomeNotRecorded},
+			// Not answered: the completion goes on in the background.
+			{name: "store failed", err: errors.New("i/o timeout"), outcome: idem.OutcomeRecording},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tel := newTelemetry(t)
-				g := idem.New(&completeStore{Store: b.Store, err: tc.err}, idem.WithObserver(tel.obs))
+				g := idem.New(&completeStore{Store: b.Store, err: tc.err}, idem.WithObserver(tel.obs), idem.WithLease(200*time.Millisecond))
+				t.Cleanup(func() { require.NoError(t, g.Drain(context.Background())) })
 				_, err := idem.Do(context.Background(), g, "order-"+string(tc.outcome), "pay 10",
 					func(context.Context, *idem.Attempt) (string, error) { return "ch_1", nil })
 				require.ErrorIs(t, err, idem.ErrNotRecorded)

@@ -97,7 +97,8 @@ var (
 	outcomes = []idem.Outcome{
 		idem.OutcomeExecuted, idem.OutcomeReplayed, idem.OutcomeInProgress, idem.OutcomeMismatch,
 		idem.OutcomeInvalidKey, idem.OutcomeTooLarge, idem.OutcomeStoreUnavailable, idem.OutcomeCanceled,
-		idem.OutcomeLeaseLost, idem.OutcomeNotRecorded, idem.OutcomeReleased, idem.OutcomeAbandoned, idem.OutcomeUnreadable,
+		idem.OutcomeLeaseLost, idem.OutcomeNotRecorded, idem.OutcomeRecording, idem.OutcomeReleased, idem.OutcomeAbandoned,
+		idem.OutcomeUnreadable,
 	}
 )
 
@@ -106,7 +107,7 @@ var (
 // error: the span's status is then Error.
 func failed(o idem.Outcome) bool {
 	switch o {
-	case idem.OutcomeStoreUnavailable, idem.OutcomeLeaseLost, idem.OutcomeNotRecorded, idem.OutcomeUnreadable:
+	case idem.OutcomeStoreUnavailable, idem.OutcomeLeaseLost, idem.OutcomeNotRecorded, idem.OutcomeRecording, idem.OutcomeUnreadable:
 		return true
 	}
 	return false
