@@ -45,7 +45,7 @@ func TestOrphanedClaimReleased(t *testing.T) {
 					if e.name != "Once" {
 						require.EqualValues(t, 1, o.fence, "the released orphan did not count as an attempt")
 					}
-					o = e.call(t, g, "orphan-1")
+					o, _ = retryServed(t, e, g, "orphan-1") // a loaded machine may miss a 200 ms budget
 					require.NoError(t, o.err)
 					require.False(t, o.ran, "the function ran once")
 					require.True(t, o.replayed)

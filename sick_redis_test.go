@@ -14,6 +14,7 @@ package idem_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -265,5 +266,22 @@ func TestFrozenRedisRefusedWithinBudget(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// untilAnswered calls f until it returns anything but ErrStoreUnavailable,
+// for at most sickRecovery, and returns that: once Redis answers again, a
+// call that a loaded machine did not answer within the budget is refused,
+// and a client sends it again.
+func untilAnswered(t *testing.T, f func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(sickRecovery)
+	for {
+		err := f()
+		if !errors.Is(err, idem.ErrStoreUnavailable) || errors.Is(err, idem.ErrNotRecorded) {
+			return err
+		}
+		require.True(t, time.Now().Before(deadline), "still refused %v after Redis answered: %v", sickRecovery, err)
+		time.Sleep(10 * time.Millisecond) // a client's pause between retries
 	}
 }
