@@ -148,9 +148,14 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 		case idemstore.ClaimUnreadable:
 			return outcome{}, g.unreadableRecord(ctx, id)
 		case idemstore.ClaimBusy:
-			if !awaited && g.awaitTakeBack(ctx, id) {
-				awaited = true
-				continue
+			if !awaited {
+				found, err := g.awaitTakeBack(ctx, id)
+				if err != nil {
+					return outcome{}, err
+				}
+				if awaited = found; found {
+					continue
+				}
 			}
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}

@@ -138,22 +138,28 @@ func (g *Guard) takeBack(ctx context.Context, id, owner string, until time.Time)
 }
 
 // awaitTakeBack waits, at most the store timeout, for a take-back of id
-// that goes on in the background, and reports whether there was one: a
-// repeat of a key whose claim this Guard is taking back claims again once
-// it is done, rather than find the key busy with a claim nobody runs.
-func (g *Guard) awaitTakeBack(ctx context.Context, id string) bool {
+// that goes on in the background, when there is one: a repeat of a key whose
+// claim this Guard is taking back claims again once it is done, rather than
+// find the key busy with a claim nobody runs. It reports whether there was
+// one, and returns ErrStoreUnavailable when it did not end in time:
+// the key is held by a claim of this Guard's that the store has not let go
+// of yet, so the repeat is refused as the store's (503), not as another
+// attempt's (409).
+func (g *Guard) awaitTakeBack(ctx context.Context, id string) (bool, error) {
 	v, ok := g.takingBack.Load(id)
 	if !ok {
-		return false
+		return false, nil
 	}
 	t := time.NewTimer(g.budget)
 	defer t.Stop()
 	select {
 	case <-v.(chan struct{}):
+		return true, nil
 	case <-t.C:
+		return true, fmt.Errorf("%w: an earlier claim of this key, whose answer never came, is still being taken back", ErrStoreUnavailable)
 	case <-ctx.Done():
+		return true, fmt.Errorf("idem: %w", context.Cause(ctx))
 	}
-	return true
 }
 
 // settle runs the write w within the write timeout, detached from ctx's
