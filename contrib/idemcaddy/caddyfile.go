@@ -25,6 +25,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	idempotency [<redis_url>] {
 //		redis              <url>
+//		ca_cert            <pem_file>
 //		prefix             <prefix>
 //		methods            <method...>
 //		key_header         <name>
@@ -37,7 +38,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_body           <bytes>
 //		max_response_body  <bytes>
 //		store_5xx
+//		store_timeout      <duration>
 //	}
+//
+// max_response_body 0 stores the status and headers of a response but no
+// body.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -58,12 +63,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func (h *Handler) subdirective(d *caddyfile.Dispenser) error {
 	name := d.Val()
 	switch name {
-	case "redis", "prefix", "key_header", "key_json", "scope_header":
+	case "redis", "ca_cert", "prefix", "key_header", "key_json", "scope_header":
 		var v string
 		if !d.AllArgs(&v) {
 			return d.ArgErr()
 		}
-		*map[string]*string{"redis": &h.Redis, "prefix": &h.Prefix, "key_header": &h.KeyHeader,
+		*map[string]*string{"redis": &h.Redis, "ca_cert": &h.CACert, "prefix": &h.Prefix, "key_header": &h.KeyHeader,
 			"key_json": &h.KeyJSON, "scope_header": &h.ScopeHeader}[name] = v
 	case "methods":
 		h.Methods = d.RemainingArgs()
@@ -75,7 +80,7 @@ func (h *Handler) subdirective(d *caddyfile.Dispenser) error {
 			return d.ArgErr()
 		}
 		*map[string]*bool{"require_key": &h.RequireKey, "store_5xx": &h.Store5xx}[name] = true
-	case "wait", "lease", "retention":
+	case "wait", "lease", "retention", "store_timeout":
 		var v string
 		if !d.AllArgs(&v) {
 			return d.ArgErr()
@@ -84,21 +89,28 @@ func (h *Handler) subdirective(d *caddyfile.Dispenser) error {
 		if err != nil {
 			return d.Errf("%s: %v", name, err)
 		}
-		*map[string]*caddy.Duration{"wait": &h.Wait, "lease": &h.Lease, "retention": &h.Retention}[name] = caddy.Duration(dur)
-	case "max_body", "max_response_body":
+		*map[string]*caddy.Duration{"wait": &h.Wait, "lease": &h.Lease, "retention": &h.Retention,
+			"store_timeout": &h.StoreTimeout}[name] = caddy.Duration(dur)
+	case "max_body":
 		var v string
 		if !d.AllArgs(&v) {
 			return d.ArgErr()
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 || (name == "max_response_body" && int64(int(n)) != n) {
+		if err != nil || n <= 0 {
 			return d.Errf("%s: want a positive number of bytes, got %q", name, v)
 		}
-		if name == "max_body" {
-			h.MaxBody = n
-		} else {
-			h.MaxResponseBody = int(n)
+		h.MaxBody = n
+	case "max_response_body":
+		var v string
+		if !d.AllArgs(&v) {
+			return d.ArgErr()
 		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return d.Errf("%s: want a number of bytes, 0 or more (0: store no body), got %q", name, v)
+		}
+		h.MaxResponseBody = &n
 	default:
 		return d.Errf("unknown subdirective %q", name)
 	}

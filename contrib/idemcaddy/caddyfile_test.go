@@ -56,7 +56,8 @@ func TestCaddyfileAdapt(t *testing.T) {
 	handlers := adapt(t, `
 example.com {
 	reverse_proxy 127.0.0.1:9000
-	idempotency redis://127.0.0.1:6379 {
+	idempotency rediss+sentinel://s1,s2/mymaster {
+		ca_cert /etc/idem/ca.pem
 		prefix pay
 		methods POST PUT
 		key_header X-Request-Id
@@ -68,6 +69,7 @@ example.com {
 		max_body 4096
 		max_response_body 8192
 		store_5xx
+		store_timeout 250ms
 	}
 }`)
 	if len(handlers) != 2 {
@@ -77,15 +79,21 @@ example.com {
 		t.Fatalf("order: %v then %v, want idempotency then reverse_proxy", handlers[0]["handler"], handlers[1]["handler"])
 	}
 	got, _ := json.Marshal(handlers[0])
-	want := `{"handler":"idempotency","key_header":"X-Request-Id","lease":2000000000,"max_body":4096,"max_response_body":8192,` +
-		`"methods":["POST","PUT"],"prefix":"pay","redis":"redis://127.0.0.1:6379","require_key":true,"retention":3600000000000,` +
-		`"scope_header":"X-Account","store_5xx":true,"wait":5000000000}`
+	want := `{"ca_cert":"/etc/idem/ca.pem","handler":"idempotency","key_header":"X-Request-Id","lease":2000000000,"max_body":4096,"max_response_body":8192,` +
+		`"methods":["POST","PUT"],"prefix":"pay","redis":"rediss+sentinel://s1,s2/mymaster","require_key":true,"retention":3600000000000,` +
+		`"scope_header":"X-Account","store_5xx":true,"store_timeout":250000000,"wait":5000000000}`
 	if string(got) != want {
 		t.Errorf("handler JSON\n got %s\nwant %s", got, want)
 	}
 
 	handlers = adapt(t, "example.com {\n\tidempotency {\n\t\tredis redis://h:1\n\t\tkey_json /id\n\t}\n\treverse_proxy 127.0.0.1:9000\n}")
 	if got, _ := json.Marshal(handlers[0]); string(got) != `{"handler":"idempotency","key_json":"/id","redis":"redis://h:1"}` {
+		t.Errorf("handler JSON %s", got)
+	}
+
+	// max_response_body 0: the status and headers are stored, no body.
+	handlers = adapt(t, "example.com {\n\tidempotency redis://h:1 {\n\t\tmax_response_body 0\n\t}\n\treverse_proxy 127.0.0.1:9000\n}")
+	if got, _ := json.Marshal(handlers[0]); string(got) != `{"handler":"idempotency","max_response_body":0,"redis":"redis://h:1"}` {
 		t.Errorf("handler JSON %s", got)
 	}
 }
@@ -99,6 +107,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"lease 1s 2s", "wrong argument count"},
 		{"max_body -1", "max_body: want a positive number"},
 		{"max_body lots", "max_body: want a positive number"},
+		{"max_response_body -1", "max_response_body: want a number of bytes, 0 or more"},
+		{"store_timeout soon", "store_timeout:"},
+		{"ca_cert", "wrong argument count"},
 		{"require_key yes", "wrong argument count"},
 		{"methods", "wrong argument count"},
 	} {

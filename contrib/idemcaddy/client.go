@@ -1,20 +1,20 @@
 package idemcaddy
 
 import (
-	"errors"
+	"crypto/x509"
 	"fmt"
-	"net/url"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/redisurl"
 )
 
-// clients holds one Redis client per redis URL, shared by every handler
-// that names it, in this configuration and the next: a reload provisions
-// the new configuration (one more user) before it cleans up the old one
-// (one fewer), so the client and its connections outlive the reload. The
-// last user's Cleanup closes it.
+// clients holds one Redis client per redis URL and CA file, shared by
+// every handler that names them, in this configuration and the next: a
+// reload provisions the new configuration (one more user) before it cleans
+// up the old one (one fewer), so the client and its connections outlive
+// the reload. The last user's Cleanup closes it.
 var clients = caddy.NewUsagePool()
 
 // sharedClient is a pooled Redis client.
@@ -25,11 +25,16 @@ type sharedClient struct {
 // Destruct implements caddy.Destructor: the last user is gone.
 func (c sharedClient) Destruct() error { return c.Close() }
 
-// loadClient returns the client for raw, making it on first use. Every call
-// that succeeds must be matched by releaseClient(raw).
-func loadClient(raw string) (redis.UniversalClient, error) {
-	v, _, err := clients.LoadOrNew(raw, func() (caddy.Destructor, error) {
-		c, err := newClient(raw)
+// clientKey names the client of a redis URL and a CA file ("" for the
+// system's CAs) in clients.
+func clientKey(url, caCert string) string { return url + "\x00" + caCert }
+
+// loadClient returns the client for url and caCert, making it on first
+// use. Every call that succeeds must be matched by releaseClient with the
+// same arguments.
+func loadClient(url, caCert string) (redis.UniversalClient, error) {
+	v, _, err := clients.LoadOrNew(clientKey(url, caCert), func() (caddy.Destructor, error) {
+		c, err := newClient(url, caCert)
 		if err != nil {
 			return nil, err
 		}
@@ -41,74 +46,35 @@ func loadClient(raw string) (redis.UniversalClient, error) {
 	return v.(sharedClient).UniversalClient, nil
 }
 
-// releaseClient gives up one use of raw's client.
-func releaseClient(raw string) error {
-	_, err := clients.Delete(raw)
+// releaseClient gives up one use of the client of url and caCert.
+func releaseClient(url, caCert string) error {
+	_, err := clients.Delete(clientKey(url, caCert))
 	return err
 }
 
-// newClient returns a client for a redis URL: redis://, rediss:// and
-// unix:// as go-redis parses them (redis.ParseURL: options such as
-// dial_timeout, read_timeout and pool_size in the query), or a Redis
-// Cluster as redis+cluster://host:port,host:port[?options] (rediss+cluster
-// for TLS). Deadlines of request contexts are honoured. It does no I/O.
-func newClient(raw string) (redis.UniversalClient, error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return nil, errors.New("redis: not a URL: want redis://host:port, rediss://host:port, unix:///path or redis+cluster://host:port,host:port")
-	}
-	switch scheme {
-	case "redis", "rediss", "unix":
-		o, err := redis.ParseURL(raw)
-		if err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
+// newClient returns a client for a redis URL, as the idem command takes
+// them (internal/redisurl): redis://, rediss:// and unix:// as go-redis
+// parses them (options such as dial_timeout, read_timeout and pool_size in
+// the query), a master through its Sentinels as
+// redis+sentinel://host:port,host:port/master[/db], or a Redis Cluster as
+// redis+cluster://host:port,host:port (rediss+… for TLS). With caCert, the
+// PEM file of a CA, a TLS URL trusts that CA instead of the system's.
+// Deadlines of request contexts are honoured. It does no I/O but reading
+// caCert.
+func newClient(url, caCert string) (redis.UniversalClient, error) {
+	var roots *x509.CertPool
+	if caCert != "" {
+		if !redisurl.TLS(url) {
+			return nil, fmt.Errorf("ca_cert applies to TLS URLs only (rediss://, rediss+sentinel://, rediss+cluster://)")
 		}
-		o.ContextTimeoutEnabled = true
-		return redis.NewClient(o), nil
-	case "redis+cluster", "rediss+cluster":
-		u, err := clusterURL(strings.TrimSuffix(scheme, "+cluster"), rest)
-		if err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
+		var err error
+		if roots, err = redisurl.LoadCACert(caCert); err != nil {
+			return nil, fmt.Errorf("ca_cert: %w", err)
 		}
-		o, err := redis.ParseClusterURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
-		}
-		o.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(o), nil
 	}
-	return nil, fmt.Errorf("redis: unknown scheme %q: want redis, rediss, unix, redis+cluster or rediss+cluster", scheme)
-}
-
-// clusterURL rewrites [user:password@]host:port,host:port[?options] as the
-// URL go-redis's ParseClusterURL reads: the first host, the others as addr
-// options.
-func clusterURL(scheme, rest string) (string, error) {
-	rest, rawQuery, _ := strings.Cut(rest, "?")
-	authority, path, _ := strings.Cut(rest, "/")
-	if path != "" {
-		return "", errors.New("a Redis Cluster has no databases: remove the path from redis+cluster://host:port,host:port")
-	}
-	user := ""
-	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
-		user, authority = authority[:i+1], authority[i+1:]
-	}
-	hosts := strings.Split(authority, ",")
-	q, err := url.ParseQuery(rawQuery)
+	c, _, err := redisurl.Client(url, redisurl.Options{Roots: roots})
 	if err != nil {
-		return "", fmt.Errorf("options: %w", err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
-	for _, h := range hosts {
-		if h == "" {
-			return "", errors.New("empty host in redis+cluster URL")
-		}
-	}
-	for _, h := range hosts[1:] {
-		q.Add("addr", h)
-	}
-	u := scheme + "://" + user + hosts[0]
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	return u, nil
+	return c, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem/contrib/idemcaddy"
+	"github.com/idemkit/idem/internal/redistest"
 )
 
 // clientIDs returns the ids of the connections Redis has from others than
@@ -60,7 +61,7 @@ func TestReloadSharesClient(t *testing.T) {
 				t.Fatalf("after reload %d: %d %s", i, r.status, r.body)
 			}
 		}
-		if users := idemcaddy.ClientUsers(url); users != 1 {
+		if users := idemcaddy.ClientUsers(url, ""); users != 1 {
 			t.Errorf("after reload %d: %d users of the client, want 1", i, users)
 		}
 	}
@@ -70,15 +71,15 @@ func TestReloadSharesClient(t *testing.T) {
 
 	t.Setenv("IDEMCADDY_TEST_REDIS", url) // the same client, by a placeholder
 	load(t, proxied("redis {env.IDEMCADDY_TEST_REDIS}", u))
-	if r := post(t, "/payments", "{}", "Idempotency-Key", "by-env"); r.status != 201 || idemcaddy.ClientUsers(url) != 1 {
-		t.Errorf("redis {env.…}: %d %s, %d users of the client", r.status, r.body, idemcaddy.ClientUsers(url))
+	if r := post(t, "/payments", "{}", "Idempotency-Key", "by-env"); r.status != 201 || idemcaddy.ClientUsers(url, "") != 1 {
+		t.Errorf("redis {env.…}: %d %s, %d users of the client", r.status, r.body, idemcaddy.ClientUsers(url, ""))
 	}
 	if after := clientIDs(t, admin); !slices.Equal(after, before) {
 		t.Errorf("connections with {env.…} %v, want the ones before %v", after, before)
 	}
 
 	load(t, rawSite("respond 204"))
-	if users := idemcaddy.ClientUsers(url); users != 0 {
+	if users := idemcaddy.ClientUsers(url, ""); users != 0 {
 		t.Errorf("without the module: %d users of the client, want 0", users)
 	}
 	var left []string
@@ -100,8 +101,9 @@ func TestRedisURL(t *testing.T) {
 		{"unix:///run/redis.sock", "Addr=/run/redis.sock"},
 		{"redis+cluster://a:7000,b:7001,c:7002?read_timeout=1s", "cluster a:7000,b:7001,c:7002"},
 		{"rediss+cluster://u:p@a:7000", "cluster a:7000 TLS"},
+		{"redis+sentinel://s1,s2:26380/mymaster/2", "Addr=FailoverClient DB=2"},
 	} {
-		c, err := idemcaddy.NewClient(tc.url)
+		c, err := idemcaddy.NewClient(tc.url, "")
 		if err != nil {
 			t.Errorf("%s: %v", tc.url, err)
 			continue
@@ -135,10 +137,28 @@ func TestRedisURL(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tc.url, got, tc.want)
 		}
 	}
-	for _, bad := range []string{"127.0.0.1:6379", "http://h:1", "redis://h:1?bogus=1", "redis+cluster://a:1,,b:2", "redis+cluster://a:1/0"} {
-		if c, err := idemcaddy.NewClient(bad); err == nil {
+	for _, bad := range []string{"127.0.0.1:6379", "http://h:1", "redis://h:1?bogus=1", "redis+cluster://a:1,,b:2", "redis+cluster://a:1/0",
+		"redis+sentinel://s1,s2"} {
+		if c, err := idemcaddy.NewClient(bad, ""); err == nil {
 			_ = c.Close()
 			t.Errorf("%s: no error", bad)
 		}
+	}
+	// ca_cert: the CA a TLS URL trusts; refused for a URL without TLS and
+	// for a file without a certificate.
+	ca := redistest.NewCA(t)
+	c, err := idemcaddy.NewClient("rediss://h:6380", ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.(*redis.Client).Options().TLSConfig.RootCAs; got == nil || !got.Equal(ca.Pool) {
+		t.Errorf("ca_cert: the client trusts %v, not the CA", got)
+	}
+	_ = c.Close()
+	if _, err := idemcaddy.NewClient("redis://h:6379", ca.File); err == nil || !strings.Contains(err.Error(), "ca_cert applies to TLS URLs only") {
+		t.Errorf("ca_cert with redis://: %v", err)
+	}
+	if _, err := idemcaddy.NewClient("rediss://h:6379", "/nonexistent.pem"); err == nil || !strings.Contains(err.Error(), "ca_cert:") {
+		t.Errorf("ca_cert without a file: %v", err)
 	}
 }

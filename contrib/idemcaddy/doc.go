@@ -38,7 +38,18 @@
 // others are stored; store_5xx stores the upstream's 5xx answers too (never
 // the module's own 502 and 504).
 //
-// Handlers with the same redis URL share one Redis client, kept across
-// configuration reloads and closed when the last configuration using it is
-// unloaded.
+// The redis URL is one the idem command takes: redis://, rediss://,
+// unix://, redis+sentinel:// (a master through its Sentinels) or
+// redis+cluster:// (ca_cert names the CA of a TLS server). store_timeout
+// bounds each Redis call of a request (default 1s), whatever the URL's
+// timeouts. max_response_body 0 stores a response's status and headers but
+// no body.
+//
+// The module registers idem's metrics (contrib/idemprom) in Caddy's metrics
+// registry, so Caddy's admin endpoint serves them at /metrics under the
+// names idem proxy serves them.
+//
+// Handlers with the same redis URL and ca_cert share one Redis client, kept
+// across configuration reloads and closed when the last configuration using
+// it is unloaded.
 package idemcaddy

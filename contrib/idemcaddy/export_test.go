@@ -1,9 +1,9 @@
 package idemcaddy
 
 // ClientUsers returns how many handlers use the shared client of a redis
-// URL (0 when there is none).
-func ClientUsers(url string) int {
-	n, _ := clients.References(url)
+// URL and CA file (0 when there is none).
+func ClientUsers(url, caCert string) int {
+	n, _ := clients.References(clientKey(url, caCert))
 	return n
 }
 

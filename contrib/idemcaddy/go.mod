@@ -2,11 +2,18 @@ module github.com/idemkit/idem/contrib/idemcaddy
 
 go 1.26.0
 
-replace github.com/idemkit/idem => ../..
+replace (
+	github.com/idemkit/idem => ../..
+	github.com/idemkit/idem/contrib/idemprom => ../idemprom
+)
 
 require (
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/idemkit/idem v0.1.0
+	github.com/idemkit/idem/contrib/idemprom v0.1.0
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/zap v1.28.0
 )
@@ -91,9 +98,6 @@ require (
 	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/pires/go-proxyproto v0.15.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect

@@ -25,10 +25,17 @@ const checkTimeout = 10 * time.Second
 // JSON field names are those of the Caddyfile's subdirectives.
 type Handler struct {
 	// Redis is the Redis URL: redis://[user:password@]host:port[/db][?options],
-	// rediss:// (TLS), unix:///path, or redis+cluster://host:port,host:port.
-	// Required. Global placeholders are replaced at provision: with
-	// {env.REDIS_URL}, the password stays out of the configuration.
+	// rediss:// (TLS), unix:///path, a master through its Sentinels as
+	// redis+sentinel://host:port,host:port/master[/db], or a Redis Cluster
+	// as redis+cluster://host:port,host:port (rediss+… for TLS), as the idem
+	// command takes them. Required. Global placeholders are replaced at
+	// provision: with {env.REDIS_URL}, the password stays out of the
+	// configuration.
 	Redis string `json:"redis,omitempty"`
+	// CACert is the PEM file of the CA that signed the Redis servers'
+	// certificates, for a TLS URL; by default the system's CAs are
+	// trusted. Global placeholders are replaced at provision.
+	CACert string `json:"ca_cert,omitempty"`
 	// Prefix is the key prefix of the records (idem.WithPrefix); default "idem".
 	Prefix string `json:"prefix,omitempty"`
 	// Methods are the methods that need a key; default POST and PATCH.
@@ -59,17 +66,27 @@ type Handler struct {
 	// MaxBody is the largest request body read to fingerprint it, in bytes;
 	// a larger one gets 413. Default 1 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
-	// MaxResponseBody is the largest response body stored, in bytes;
-	// default 1 MiB.
-	MaxResponseBody int `json:"max_response_body,omitempty"`
+	// MaxResponseBody is the largest response body stored, in bytes; a
+	// larger one is sent as it comes and only its status and headers are
+	// stored. 0 stores no body at all, only the status and headers (the
+	// smallest records, for clients that need only the status and Location
+	// on a retry). Unset (nil): 1 MiB.
+	MaxResponseBody *int `json:"max_response_body,omitempty"`
 	// Store5xx stores the upstream's 5xx answers too, instead of releasing
 	// the key so that a retry reaches the upstream again. The module's own
 	// 502 and 504 for an upstream that failed are never stored.
 	Store5xx bool `json:"store_5xx,omitempty"`
+	// StoreTimeout is the store budget (idem.WithStoreTimeout): how long a
+	// request waits for any one Redis call, whatever the URL's timeouts;
+	// then 503, the upstream not called. While calls keep failing, keyed
+	// requests are refused at once until a probe succeeds. Default 1s.
+	StoreTimeout caddy.Duration `json:"store_timeout,omitempty"`
 
-	mw     func(http.Handler) http.Handler
-	url    string // Redis with its placeholders replaced
-	pooled bool   // this handler uses the client of url in clients
+	mw      func(http.Handler) http.Handler
+	url     string // Redis with its placeholders replaced
+	caCert  string // CACert with its placeholders replaced
+	pooled  bool   // this handler uses the client of url and caCert in clients
+	unwatch func() // stops idem_store_failing watching this handler's Guard
 }
 
 // CaddyModule implements caddy.Module.
@@ -87,16 +104,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.validate(); err != nil {
 		return err
 	}
-	h.url = caddy.NewReplacer().ReplaceAll(h.Redis, "") // {env.REDIS_URL}
-	rdb, err := loadClient(h.url)
+	repl := caddy.NewReplacer()
+	h.url = repl.ReplaceAll(h.Redis, "") // {env.REDIS_URL}
+	h.caCert = repl.ReplaceAll(h.CACert, "")
+	rdb, err := loadClient(h.url, h.caCert)
 	if err != nil {
-		return err
+		return fmt.Errorf("idempotency: %w", err)
 	}
 	h.pooled = true
 	fail := func(err error) error {
 		h.pooled = false
-		_ = releaseClient(h.url)
+		_ = releaseClient(h.url, h.caCert)
 		return err
+	}
+	if err := registerMetrics(ctx); err != nil {
+		return fail(err)
 	}
 	slog := ctx.Slogger()
 	store := idem.NewRedisStore(rdb, idem.WithPrefix(h.prefix()), idem.WithStoreLogger(slog))
@@ -109,12 +131,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		idem.WithLease(time.Duration(h.Lease)),
 		idem.WithRetention(time.Duration(h.Retention)),
 		idem.WithWait(time.Duration(h.Wait)),
-		idem.WithLogger(slog))
+		idem.WithStoreTimeout(time.Duration(h.StoreTimeout)),
+		idem.WithLogger(slog),
+		idem.WithObserver(metrics))
 	mw, err := middleware(g, h.options())
 	if err != nil {
 		return fail(err)
 	}
 	h.mw = mw
+	h.unwatch = metrics.Watch(g)
 	if h.ScopeHeader == "" {
 		ctx.Logger().Warn("idempotency without scope_header: all clients share one key space, so a client sending another client's key gets that client's stored response; set scope_header to a header an authenticating layer sets",
 			zap.String("redis_prefix", h.prefix()))
@@ -129,9 +154,9 @@ func (h *Handler) validate() error {
 		return errors.New("idempotency: redis URL required")
 	case h.KeyJSON != "" && h.KeyHeader != "":
 		return errors.New("idempotency: key_header and key_json: the key is taken from one place; give one of them")
-	case h.Wait < 0, h.Lease < 0, h.Retention < 0:
-		return errors.New("idempotency: wait, lease and retention must not be negative")
-	case h.MaxBody < 0, h.MaxResponseBody < 0:
+	case h.Wait < 0, h.Lease < 0, h.Retention < 0, h.StoreTimeout < 0:
+		return errors.New("idempotency: wait, lease, retention and store_timeout must not be negative")
+	case h.MaxBody < 0, h.MaxResponseBody != nil && *h.MaxResponseBody < 0:
 		return errors.New("idempotency: max_body and max_response_body must not be negative")
 	}
 	if h.KeyJSON != "" {
@@ -188,8 +213,8 @@ func (h *Handler) options() []idem.HTTPOption {
 	if h.MaxBody > 0 {
 		opts = append(opts, idem.WithMaxRequestBody(h.MaxBody))
 	}
-	if h.MaxResponseBody > 0 {
-		opts = append(opts, idem.WithMaxResponseBody(h.MaxResponseBody))
+	if h.MaxResponseBody != nil {
+		opts = append(opts, idem.WithMaxResponseBody(*h.MaxResponseBody))
 	}
 	if h.Store5xx {
 		opts = append(opts, idem.WithCacheStatus(store5xx))
@@ -220,11 +245,16 @@ func store5xx(code int) bool {
 }
 
 // Cleanup implements caddy.CleanerUpper: it gives up this handler's use of
-// the shared Redis client, which closes with its last user.
+// the shared Redis client, which closes with its last user, and stops
+// idem_store_failing watching its Guard.
 func (h *Handler) Cleanup() error {
+	if h.unwatch != nil {
+		h.unwatch()
+		h.unwatch = nil
+	}
 	if !h.pooled {
 		return nil
 	}
 	h.pooled = false
-	return releaseClient(h.url)
+	return releaseClient(h.url, h.caCert)
 }

@@ -12,14 +12,14 @@ import (
 )
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler: the rest of the route
-// runs under idem's middleware. For a keyed request, an error the route
+// runs under idem's middleware, counted in idem's metrics. For a keyed request, an error the route
 // returns (reverse_proxy's failures) is answered here, inside the
 // middleware, so that the answer follows the storage rules and the key is
 // settled by whether the request reached the upstream; for a request that
 // passed through, the error is returned to Caddy as usual.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	c := &call{next: next}
-	h.mw(c).ServeHTTP(w, r)
+	metrics.Middleware(h.mw(c)).ServeHTTP(w, r)
 	return c.err
 }
 

@@ -93,11 +93,18 @@ func LoadCACert(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// defaultDialTimeout is go-redis's dial timeout, which a URL's options
+// leave at 0 for the client to fill in: the TLS dialer needs it before.
+const defaultDialTimeout = 5 * time.Second
+
 // dialDefaults returns the dial timeout and attempts to use: o's, unless
 // the URL's options set them or o leaves them at 0.
 func (o Options) dialDefaults(query url.Values, timeout time.Duration, retries int) (time.Duration, int) {
 	if o.DialTimeout > 0 && !query.Has("dial_timeout") {
 		timeout = o.DialTimeout
+	}
+	if timeout <= 0 {
+		timeout = defaultDialTimeout
 	}
 	if o.DialerRetries > 0 && !query.Has("dialer_retries") {
 		retries = o.DialerRetries

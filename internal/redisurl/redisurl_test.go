@@ -122,6 +122,24 @@ func TestClientRoots(t *testing.T) {
 	}
 }
 
+// TestClientTLS: a TLS client connects to a server whose CA it trusts, with
+// go-redis's dial timeout when neither the URL nor Options set one (the TLS
+// dialer is bounded by it).
+func TestClientTLS(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.StartTLS(t, ca)
+	roots, err := redisurl.LoadCACert(ca.File)
+	require.NoError(t, err)
+	for _, url := range []string{"rediss://" + srv.Addr(), "rediss://" + srv.Addr() + "?dial_timeout=2s"} {
+		t.Run(url, func(t *testing.T) {
+			c, _, err := redisurl.Client(url, redisurl.Options{Roots: roots})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			require.NoError(t, c.Ping(t.Context()).Err())
+		})
+	}
+}
+
 func TestLoadCACert(t *testing.T) {
 	dir := t.TempDir()
 	_, err := redisurl.LoadCACert(filepath.Join(dir, "missing.pem"))
