@@ -120,7 +120,12 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	}
 	w := waiter{g: g, id: id, deadline: deadline}
 	defer w.close()
-	awaited := false // a take-back of id in the background
+	// A claim of id this Guard is still taking back: wait for it (a claim
+	// sent now could become a second claim on its way, which a late copy
+	// of the first could then outrun).
+	if err := g.awaitTakeBack(ctx, id); err != nil {
+		return outcome{}, err
+	}
 	for {
 		t := o.obs.now()
 		res, sent, err := g.claim(ctx, id, req)
@@ -148,15 +153,6 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 		case idemstore.ClaimUnreadable:
 			return outcome{}, g.unreadableRecord(ctx, id)
 		case idemstore.ClaimBusy:
-			if !awaited {
-				found, err := g.awaitTakeBack(ctx, id)
-				if err != nil {
-					return outcome{}, err
-				}
-				if awaited = found; found {
-					continue
-				}
-			}
 			if !sent.Before(deadline) {
 				return outcome{}, &InProgressError{RetryAfter: res.RetryAfter}
 			}

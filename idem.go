@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -38,12 +37,10 @@ type Guard struct {
 	inlineWrites bool
 	// writeSet: WithWriteTimeout was given; a completion then waits write,
 	// not the budget.
-	writeSet bool
-	health   *storeHealth // fail-fast, the store's own when it keeps one
-	pending  backlog      // background writes, for Drain
-	// takingBack holds, by operation id, the take-backs going on in the
-	// background: a chan struct{} closed when each ends.
-	takingBack sync.Map
+	writeSet   bool
+	health     *storeHealth // fail-fast, the store's own when it keeps one
+	pending    backlog      // background writes, for Drain
+	takingBack takeBacks    // take-backs going on in the background, by id
 	log        *slog.Logger
 	observer   Observer
 	sealer     Sealer // WithSealer; New puts a sealedStore in front of store

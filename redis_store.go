@@ -249,28 +249,33 @@ func (s *RedisStore) Claim(ctx context.Context, id string, r idemstore.ClaimRequ
 		return idemstore.ClaimResult{}, err
 	}
 	c := s.call(claimScript, id, true, true)
+	c.freshRecord(r.Owner, r.Fingerprint, time.Now().Unix())
 	c.text(r.Owner)
-	c.text(r.Fingerprint)
 	c.arg(ms(r.Lease))
 	c.arg(ms(r.TTL))
-	if s.replicas > 0 {
+	switch {
+	case s.replicas > 0:
 		c.arg(argAck)
-	} else {
-		c.arg(argNoAck)
+	case len(r.OtherFingerprints) > 0:
+		c.arg(argNoAck) // the script reads no flag on its hot paths without acks
 	}
-	c.arg(createdArg())
 	if len(r.OtherFingerprints) > 0 {
-		c.text(strings.Join(r.OtherFingerprints, ","))
+		c.list(r.OtherFingerprints)
 	}
 	cmd, ackErr := s.eval(ctx, c)
+	var res idemstore.ClaimResult
 	v, err := cmd.Result()
+	if err == nil {
+		if res, err = parseClaim(v, r); err != nil {
+			err = fmt.Errorf("%w (at %s)", err, c.firstKey())
+		}
+	}
 	c.done() // the reply holds no part of the call
 	if err != nil {
 		return idemstore.ClaimResult{}, err
 	}
-	res, err := parseClaim(v)
-	if err != nil || ackErr == nil {
-		return res, err
+	if ackErr == nil {
+		return res, nil
 	}
 	switch res.Status {
 	case idemstore.ClaimOK:
@@ -358,11 +363,22 @@ func (s *RedisStore) Unclaim(ctx context.Context, id, owner string, lease time.D
 	c.text(owner)
 	c.arg(ms(lease))
 	n, err := s.run(ctx, c).Int64()
-	if err == nil && n == 0 {
+	switch {
+	case err != nil:
+		return err
+	case n == 0:
 		return nil // no claim of owner: nothing to take back, and none will come
+	case n == 3:
+		return errHeldByAnother
 	}
 	return s.published(ctx, n, err)
 }
+
+// errHeldByAnother is Unclaim's answer when the caller holds no claim and
+// another owner holds a live lease: no tombstone could be left beside it, so
+// a copy of the caller's claim still on its way could take the key once
+// that owner lets go. The engine tries the take-back again.
+var errHeldByAnother error = &tryAgainError{"idem: another owner holds the key; the take-back is tried again"}
 
 // storeHealth returns the fail-fast state the Guards over the store share.
 func (s *RedisStore) storeHealth() *storeHealth {

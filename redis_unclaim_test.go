@@ -68,12 +68,28 @@ func TestUnclaimScriptPaths(t *testing.T) {
 		require.EqualValues(t, 2, res.Fence, "the taken-back attempt's fence is given again")
 		require.Equal(t, []byte("ch_1"), res.Checkpoints["charge"])
 
-		// Another owner's live claim: nothing changes.
-		unclaim("tk", "x")
+		// Another owner's live claim: nothing changes, and the take-back
+		// asks to be tried again (no tombstone fits beside a live lease).
+		require.ErrorIs(t, s.Unclaim(ctx, "tk", "x", time.Minute), errHeldByAnother)
 		require.Equal(t, "d", b.c.Get(ctx, tkLease).Val())
 		require.NoError(t, s.Complete(ctx, "tk", "d", []byte("done"), time.Hour))
 		// A completed record: nothing changes, the replay stays.
 		unclaim("tk", "d")
 		require.Equal(t, idemstore.ClaimCompleted, claim("tk", "y").Status)
+
+		// Two orphaned claims of one key, which Redis runs after the
+		// take-back of the second: that take-back asks again while the
+		// first holds the key; once the first is taken back, the second
+		// leaves its tombstone beside the first's, and its late copy is
+		// refused.
+		require.Equal(t, idemstore.ClaimOK, claim("two", "j").Status)
+		require.ErrorIs(t, s.Unclaim(ctx, "two", "k", time.Minute), errHeldByAnother)
+		unclaim("two", "j")
+		unclaim("two", "k")
+		_, twoLease := s.Keys("two")
+		require.Equal(t, "~j~k~", b.c.Get(ctx, twoLease).Val())
+		require.Equal(t, idemstore.ClaimBusy, claim("two", "k").Status)
+		require.Equal(t, idemstore.ClaimBusy, claim("two", "j").Status)
+		require.EqualValues(t, 1, claim("two", "retry").Fence)
 	})
 }

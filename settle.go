@@ -35,9 +35,9 @@ type settleWrite struct {
 	lease     time.Duration // writeTakeBack: how long a copy of the claim is refused
 	key       string        // for the log
 	fence     int64         // for the log
-	// done, when not nil, is closed once the write, gone on in the
-	// background, ended (a take-back that a repeat of the key waits for).
-	done chan struct{}
+	// tracked: a take-back gone on in the background, counted in the
+	// Guard's takingBack until it ends, for a repeat of the key to wait for.
+	tracked bool
 }
 
 // do runs the write once on st.
@@ -66,9 +66,8 @@ func (w *settleWrite) name() string {
 
 // settled logs how a write that went on in the background ended.
 func (g *Guard) settled(ctx context.Context, w *settleWrite, err error) {
-	if w.done != nil {
-		g.takingBack.CompareAndDelete(w.id, w.done)
-		close(w.done)
+	if w.tracked {
+		g.takingBack.remove(w.id)
 	}
 	switch {
 	case w.kind == writeComplete && err == nil:
@@ -131,34 +130,34 @@ func (g *Guard) release(ctx context.Context, id, owner string, until time.Time) 
 // way to the store is refused; with another store it is a release. It goes
 // on in the background until the store answers, or until.
 func (g *Guard) takeBack(ctx context.Context, id, owner string, until time.Time) {
-	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease, done: make(chan struct{})}
+	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease}
 	if err := g.settle(ctx, w, until); !errors.As(err, new(*pendingError)) {
 		g.settled(ctx, &w, err)
 	}
 }
 
-// awaitTakeBack waits, at most the store timeout, for a take-back of id
-// that goes on in the background, when there is one: a repeat of a key whose
-// claim this Guard is taking back claims again once it is done, rather than
-// find the key busy with a claim nobody runs. It reports whether there was
-// one, and returns ErrStoreUnavailable when it did not end in time:
-// the key is held by a claim of this Guard's that the store has not let go
-// of yet, so the repeat is refused as the store's (503), not as another
-// attempt's (409).
-func (g *Guard) awaitTakeBack(ctx context.Context, id string) (bool, error) {
-	v, ok := g.takingBack.Load(id)
-	if !ok {
-		return false, nil
+// awaitTakeBack waits, at most the store timeout, for the take-backs of
+// id that go on in the background, if any: a repeat of a key whose claim
+// this Guard is taking back claims once they are done, rather than find the
+// key busy with a claim nobody runs, or send a second claim that could meet
+// the same fate. It returns ErrStoreUnavailable when they did not end in
+// time: the key is held by a claim of this Guard's that the store has not
+// let go of yet, so the repeat is refused as the store's (503), not as
+// another attempt's (409).
+func (g *Guard) awaitTakeBack(ctx context.Context, id string) error {
+	ended := g.takingBack.ended(id)
+	if ended == nil {
+		return nil
 	}
 	t := time.NewTimer(g.budget)
 	defer t.Stop()
 	select {
-	case <-v.(chan struct{}):
-		return true, nil
+	case <-ended:
+		return nil
 	case <-t.C:
-		return true, fmt.Errorf("%w: an earlier claim of this key, whose answer never came, is still being taken back", ErrStoreUnavailable)
+		return fmt.Errorf("%w: an earlier claim of this key, whose answer never came, is still being taken back", ErrStoreUnavailable)
 	case <-ctx.Done():
-		return true, fmt.Errorf("idem: %w", context.Cause(ctx))
+		return fmt.Errorf("idem: %w", context.Cause(ctx))
 	}
 }
 
@@ -168,14 +167,28 @@ func (g *Guard) awaitTakeBack(ctx context.Context, id string) (bool, error) {
 // settle returns a *pendingError wrapping its first error.
 func (g *Guard) settle(ctx context.Context, w settleWrite, until time.Time) error {
 	err := g.writeOnce(ctx, g.write, w)
-	if err == nil || classify(err) == callAnswered {
+	if w.settledBy(err) {
 		return err
 	}
-	if w.done != nil {
-		g.takingBack.Store(w.id, w.done)
+	if w.kind == writeTakeBack {
+		g.takingBack.add(w.id)
+		w.tracked = true
 	}
 	g.later(ctx, w, until)
 	return &pendingError{first: err}
+}
+
+// settledBy reports whether the write w, which returned err, is done: a
+// take-back once it succeeded (until then a copy of the claim may still
+// take the key), another write once the store answered.
+func (w *settleWrite) settledBy(err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case w.kind == writeTakeBack:
+		return false
+	}
+	return classify(err) == callAnswered
 }
 
 // writeOnce runs w once, detached from ctx's cancellation, if fail-fast
@@ -256,7 +269,7 @@ func (g *Guard) retry(ctx context.Context, w settleWrite, until time.Time) {
 		case <-g.health.answered(): // nil, and never ready, unless failing
 		}
 		err := g.writeOnce(ctx, g.budget, w)
-		if err == nil || classify(err) == callAnswered || !time.Now().Before(until) {
+		if w.settledBy(err) || !time.Now().Before(until) {
 			g.settled(ctx, &w, err)
 			return
 		}

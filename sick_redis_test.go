@@ -238,9 +238,18 @@ func timed[T any](f func() T) (T, time.Duration) {
 // a connection and the scripts are loaded before Redis stops answering.
 func warm(t *testing.T, e sickEntry, g *idem.Guard) {
 	t.Helper()
-	o := e.call(t, g, "warm-"+e.name)
-	require.NoError(t, o.err)
-	require.True(t, o.ran)
+	// A loaded machine may miss the short budget: a refused warm-up is
+	// sent again (the Redis is healthy; nothing here is under test).
+	for try := 0; ; try++ {
+		o := e.call(t, g, "warm-"+e.name)
+		if errors.Is(o.err, idem.ErrStoreUnavailable) && try < 20 {
+			time.Sleep(sickBudget)
+			continue
+		}
+		require.NoError(t, o.err)
+		require.True(t, o.ran)
+		return
+	}
 }
 
 // TestFrozenRedisRefusedWithinBudget: while Redis does not answer, a new

@@ -228,10 +228,11 @@ func classify(err error) callEnd {
 	var fe *failingError
 	var rerr redis.Error
 	var ae answeredError
+	var again *tryAgainError
 	switch {
 	case errors.As(err, &fe):
 		return callDropped
-	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrUnreadable), errors.As(err, &ae):
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrUnreadable), errors.As(err, &ae), errors.As(err, &again):
 		return callAnswered
 	case errors.Is(err, errWriteTimeout), errors.Is(err, context.DeadlineExceeded):
 		return callFailed
@@ -249,6 +250,12 @@ func classify(err error) callEnd {
 	}
 	return callFailed
 }
+
+// tryAgainError is a store's answer that asks for its write to be tried
+// again later (settle does): the store answered, and is not failing.
+type tryAgainError struct{ msg string }
+
+func (e *tryAgainError) Error() string { return e.msg }
 
 // answeredError is an error of a store that answered, and undid what the
 // call did (a RedisStore's write that too few replicas acknowledged).

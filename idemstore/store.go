@@ -54,11 +54,14 @@ type Store interface {
 type Unclaimer interface {
 	// Unclaim drops owner's claim as Release does and takes back its
 	// fence: the record's fence goes back by one (a record the claim
-	// created, with no checkpoints, is deleted). Whatever it finds, a
-	// claim of owner that reaches the store within lease after Unclaim
-	// must be refused (reported busy), since it may be a copy of the claim
-	// still on its way. Unclaim of a record owner does not hold changes no
-	// record and returns nil.
+	// created, with no checkpoints, is deleted). Once it returned nil, a
+	// claim of owner that reaches the store within lease must be refused
+	// (reported busy), since it may be a copy of the claim still on its
+	// way. Unclaim of a record owner does not hold changes no record; it
+	// returns nil, or an error when it cannot refuse a late copy yet (a
+	// store that keeps the refusal beside the lease, while another owner
+	// holds it). The engine calls Unclaim again until it returns nil, or
+	// until the lease the claim would have set has ended.
 	Unclaim(ctx context.Context, id, owner string, lease time.Duration) error
 }
 

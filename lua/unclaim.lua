@@ -9,14 +9,17 @@
 -- ARGV[2]  how long a claim of the caller is refused, in milliseconds (the lease)
 --
 -- When the caller owns the record (in progress), its fence goes back by one and its lease
--- is dropped; a record the claim created (fence 1, no checkpoints) is deleted. Whatever it
--- found, unless another owner holds the lease, the lease key is left holding a tombstone
--- for ARGV[2] ms: "~OWNER~", or "~A~B~" when it already held A's. claim.lua takes a
--- tombstone for no lease, except for a claim by an owner it names, which it refuses as busy. Publishes on KEYS[1]..":n" (SPUBLISH) when it drops
--- the caller's claim.
+-- is dropped; a record the claim created (fence 1, no checkpoints) is deleted. Unless the
+-- record is completed or another owner holds the lease, the lease key is left holding a
+-- tombstone for ARGV[2] ms: "~OWNER~", or "~A~B~" when it already held A's. claim.lua takes
+-- a tombstone for no lease, except for a claim by an owner it names, which it refuses as
+-- busy. Publishes on KEYS[1]..":n" (SPUBLISH) when it drops the caller's claim.
 --
 -- Returns 1 when it took the caller's claim back, 2 when it did but the server refused
--- the publish (see complete.lua), 0 when the caller held no claim (nothing was taken back).
+-- the publish (see complete.lua), 0 when the caller held no claim (nothing was taken back,
+-- and a copy of it is refused, or finds the record completed), 3 when the caller held no
+-- claim and another owner holds a live lease: no tombstone could be left, so the caller
+-- tries again later (its claim may still arrive once that owner let go).
 local v = redis.call('GET', KEYS[1])
 local n = 0
 if v then
@@ -24,7 +27,10 @@ if v then
   if not st then
     return redis.error_reply('idem: record of an unknown format at ' .. KEYS[1])
   end
-  if st == 'P' and owner == ARGV[1] then
+  if st == 'C' then
+    return 0 -- a copy of the claim that comes later finds the result: nothing to refuse
+  end
+  if owner == ARGV[1] then
     local fence = tonumber(f) - 1
     -- rest is FINGERPRINT|CREATED|BODY: the claim created the record when its fence was
     -- 1 and it holds no checkpoints.
@@ -37,6 +43,11 @@ if v then
   end
 end
 local l = redis.call('GET', KEYS[2])
+if n == 0 and l and l ~= ARGV[1] and string.byte(l, 1) ~= 126 then
+  -- Another owner's live lease: no tombstone can be left beside it. The caller tries
+  -- again, once that owner completed or let go.
+  return 3
+end
 if not l or l == ARGV[1] then
   redis.call('SET', KEYS[2], '~' .. ARGV[1] .. '~', 'PX', ARGV[2])
 elseif string.byte(l, 1) == 126 then -- another's tombstone: refuse both
