@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -44,7 +45,7 @@ type scriptCall struct {
 	// ended first), so the call must not be reused.
 	running bool
 	b       []byte // buf, until a long prefix or argument outgrows it
-	buf     [128]byte
+	buf     [256]byte
 }
 
 // scriptCalls are the calls handed back by done.
@@ -90,6 +91,29 @@ func (c *scriptCall) text(s string) {
 	c.b = append(c.b, s...)
 	// When the append moved c.b, earlier arguments keep the old array,
 	// which still holds their bytes.
+	c.bytes(c.b[start:len(c.b):len(c.b)])
+}
+
+// freshRecord adds the record a claim of a fresh key creates (claim.lua's
+// ARGV[1]): 1P|1|OWNER|FINGERPRINT|CREATED|, with now, the caller's clock in
+// Unix seconds, as CREATED.
+func (c *scriptCall) freshRecord(owner, fp string, now int64) {
+	start := len(c.b)
+	c.b = append(c.b, recordFormat+"P|1|"...)
+	c.b = append(append(append(c.b, owner...), '|'), fp...)
+	c.b = append(strconv.AppendInt(append(c.b, '|'), now, 10), '|')
+	c.bytes(c.b[start:len(c.b):len(c.b)])
+}
+
+// list adds a text argument made of the strings of l, comma-separated.
+func (c *scriptCall) list(l []string) {
+	start := len(c.b)
+	for i, s := range l {
+		if i > 0 {
+			c.b = append(c.b, ',')
+		}
+		c.b = append(c.b, s...)
+	}
 	c.bytes(c.b[start:len(c.b):len(c.b)])
 }
 

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -21,34 +20,14 @@ import (
 // 1 is the format version, S the state: P (in progress or released) or C
 // (completed). FENCE is decimal, OWNER the token of the last claim,
 // FINGERPRINT the request's, CREATED the Unix time in seconds of the first
-// claim (the claiming client's clock, createdArg; the server's before). BODY holds, for P, the checkpoints as netstring pairs
+// claim (the claiming client's clock, scriptCall.freshRecord; the server's
+// before). BODY holds, for P, the checkpoints as netstring pairs
 // (LEN:NAME LEN:VALUE ...), and for C the stored payload after a format byte
 // (= as is, z deflated). The scripts in lua/ write and match it; this file is
 // its Go side. A later format gets another version, so that records written
 // before a deploy are still read after it; a reader refuses a format it does
 // not know instead of misreading it.
 const recordFormat = "1"
-
-// createdArg returns the current Unix second, boxed for a script argument:
-// claim.lua's ARGV[6], CREATED of a record it creates. (The client's clock
-// saves the script a TIME call on every fresh key.) The box is shared while
-// the second lasts.
-func createdArg() any {
-	now := time.Now().Unix()
-	if p := createdBox.Load(); p != nil && p.sec == now {
-		return p.arg
-	}
-	p := &boxedSecond{now, now}
-	createdBox.Store(p)
-	return p.arg
-}
-
-type boxedSecond struct {
-	sec int64
-	arg any
-}
-
-var createdBox atomic.Pointer[boxedSecond]
 
 // recordFields are the fields of a stored record, unparsed.
 type recordFields struct {
@@ -104,24 +83,64 @@ func decodeRecord(v string) (*idemstore.Record, error) {
 	return r, nil
 }
 
-// parseClaim parses the reply of lua/claim.lua: a completed record as a
-// bare string (the replay path, kept to one reply value), else an array.
-func parseClaim(reply any) (idemstore.ClaimResult, error) {
-	if rec, ok := reply.(string); ok {
-		f, err := splitRecord(rec)
-		if err != nil {
-			return idemstore.ClaimResult{}, err
+// parseClaim parses the reply of lua/claim.lua to the claim r: 1 for a
+// fresh key claimed, a completed record as a bare string (the replay path,
+// kept to one reply value), else an array.
+func parseClaim(reply any, r idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	switch v := reply.(type) {
+	case int64:
+		if v != 1 {
+			break
 		}
-		if f.state != "C" {
-			return idemstore.ClaimResult{}, errors.New("idem: unexpected claim reply: a record not completed")
-		}
-		p, err := decodePayload(f.body)
-		fence, _ := strconv.ParseInt(f.fence, 10, 64)
-		return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Fence: fence, Payload: p}, err
+		return idemstore.ClaimResult{Status: idemstore.ClaimOK, Fence: 1}, nil
+	case string:
+		return parseCompleted(v, r)
+	case []any:
+		return parseClaimArray(v)
 	}
-	v, _ := reply.([]any)
+	return idemstore.ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", reply)
+}
+
+// parseCompleted parses a completed record that claim.lua returned whole,
+// and compares its fingerprint with r's (ClaimRequest.MatchFingerprint, the
+// rule the script applies to a record in progress). It refuses a header
+// that format 1's pattern does not match, as the script does.
+func parseCompleted(rec string, r idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	f, err := splitRecord(rec)
+	switch {
+	case err != nil:
+		return idemstore.ClaimResult{}, err
+	case f.state != "C":
+		return idemstore.ClaimResult{}, errors.New("idem: unexpected claim reply: a record not completed")
+	case !decimal(f.fence) || !decimal(f.created):
+		return idemstore.ClaimResult{}, fmt.Errorf("idem: unreadable record: header %q", rec[:len(rec)-len(f.body)])
+	}
+	fence, _ := strconv.ParseInt(f.fence, 10, 64)
+	switch st := r.MatchFingerprint(f.fp); st {
+	case idemstore.ClaimMismatch:
+		return idemstore.ClaimResult{Status: st, Fence: fence}, nil
+	case idemstore.ClaimUnreadable:
+		return idemstore.ClaimResult{Status: st}, nil
+	}
+	p, err := decodePayload(f.body)
+	return idemstore.ClaimResult{Status: idemstore.ClaimCompleted, Fence: fence, Payload: p}, err
+}
+
+// decimal reports whether s is one or more decimal digits, as Lua's %d+
+// matches them.
+func decimal(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// parseClaimArray parses the array replies of lua/claim.lua.
+func parseClaimArray(v []any) (idemstore.ClaimResult, error) {
 	if len(v) == 0 {
-		return idemstore.ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", reply)
+		return idemstore.ClaimResult{}, fmt.Errorf("idem: unexpected claim reply %v", v)
 	}
 	status, _ := v[0].(int64)
 	res := idemstore.ClaimResult{Status: idemstore.ClaimStatus(status)}

@@ -98,7 +98,7 @@ func TestScriptsAgreeOnLayout(t *testing.T) {
 
 			res, err = s.Claim(ctx, "id1", idemstore.ClaimRequest{Owner: "own3", Fingerprint: "other", Lease: time.Minute, TTL: time.Hour})
 			require.NoError(t, err)
-			require.Equal(t, idemstore.ClaimMismatch, res.Status, "the script decides the fingerprint of a completed record too")
+			require.Equal(t, idemstore.ClaimMismatch, res.Status, "a completed record's fingerprint is compared too")
 
 			// A record of an unknown format is refused by every script.
 			require.NoError(t, b.c.Set(ctx, rec, "2P|1|own2|fp|1|", time.Hour).Err())
@@ -203,15 +203,26 @@ func TestClaimScriptPaths(t *testing.T) {
 	})
 }
 
+// TestCreatedArg: the record a claim of a fresh key creates (claim.lua's
+// ARGV[1]) carries the caller's clock as CREATED, and is built in the call
+// without an allocation of its own.
 func TestCreatedArg(t *testing.T) {
+	s := NewRedisStore(nil, WithPrefix("p"))
+	c := s.call(claimScript, "id", true, true)
 	before := time.Now().Unix()
-	a := createdArg()
-	sec, ok := a.(int64)
-	require.True(t, ok)
+	c.freshRecord("own1", "k1.MAC", time.Now().Unix())
+	f, err := splitRecord(c.texts[2].String())
+	require.NoError(t, err)
+	require.Equal(t, recordFields{state: "P", fence: "1", owner: "own1", fp: "k1.MAC", created: f.created}, f)
+	sec, err := strconv.ParseInt(f.created, 10, 64)
+	require.NoError(t, err)
 	require.InDelta(t, before, sec, 1)
-	// The box is shared within a second (AllocsPerRun rounds the one
-	// allocation of a second that begins during the runs down to 0).
-	require.Zero(t, testing.AllocsPerRun(10, func() { _ = createdArg() }))
+	c.done()
+	require.Zero(t, testing.AllocsPerRun(10, func() {
+		c := s.call(claimScript, "id", true, true)
+		c.freshRecord("own1", "k1.MAC", 1700000000)
+		c.done()
+	}))
 }
 
 // TestInspectBoundsDecompression: a record whose payload inflates past

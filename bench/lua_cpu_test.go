@@ -91,7 +91,14 @@ return 1`)
 		// creation time from the caller, in ARGV[6]; an older one calls
 		// TIME.
 		claimArgs := func() []any { return []any{owner, fp, 30000, 86430000, "0"} }
-		if strings.Contains(claim.src, "ARGV[7]") {
+		switch {
+		case strings.Contains(claim.src, "ARGV[1]  the record this claim creates"):
+			// The caller builds the record of a fresh key, and sends no flag
+			// without replica acks.
+			claimArgs = func() []any {
+				return []any{fmt.Sprintf("1P|1|%s|%s|%d|", owner, fp, time.Now().Unix()), owner, 30000, 86430000}
+			}
+		case strings.Contains(claim.src, "ARGV[7]"):
 			claimArgs = func() []any {
 				return []any{owner, fp, 30000, 86430000, "0", time.Now().Unix()}
 			}
@@ -102,7 +109,7 @@ return 1`)
 			fresh: func(c redis.Cmdable, k luaKeys) error {
 				_, piped := c.(redis.Pipeliner)
 				v, err := claim.s.Run(ctx, c, k.both(), claimArgs()...).Result()
-				if a, _ := v.([]any); !piped && err == nil && (len(a) != 3 || a[0] != int64(1)) {
+				if a, _ := v.([]any); !piped && err == nil && v != int64(1) && (len(a) != 3 || a[0] != int64(1)) {
 					err = fmt.Errorf("claim: %v", v)
 				}
 				if err != nil && !piped {
