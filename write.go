@@ -52,7 +52,7 @@ func (g *Guard) beginCall(ctx context.Context, d time.Duration, detach bool) (in
 		ctx = context.WithoutCancel(ctx)
 	}
 	c := inlineCall{caller: ctx, probe: probe, sent: time.Now()}
-	c.ctx, c.cancel = context.WithTimeout(ctx, d)
+	c.ctx, c.cancel = withBudget(ctx, d)
 	return c, nil
 }
 
@@ -93,7 +93,7 @@ func callWithin[T any](ctx context.Context, g *Guard, d time.Duration, detach bo
 		ctx = context.WithoutCancel(ctx)
 	}
 	if g.inlineWrites {
-		wctx, cancel := context.WithTimeout(ctx, d)
+		wctx, cancel := withBudget(ctx, d)
 		defer cancel()
 		v, err := f(wctx)
 		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
