@@ -194,10 +194,20 @@ func decodeResult[T any](payload []byte) (T, error) {
 		}
 		return v, fmt.Errorf("idem: stored result is bytes and does not decode into %T", v)
 	case payloadValue:
-		if err := json.Unmarshal(payload[1:], &v); err != nil {
-			return v, fmt.Errorf("idem: stored result does not decode into %T: %w", v, err)
+		if v, ok := decodeValue[T](payload[1:]); ok {
+			return v, nil
 		}
-		return v, nil
+		return unmarshalResult[T](payload[1:])
 	}
 	return v, fmt.Errorf("idem: stored result has unknown tag %q", payload[0])
+}
+
+// unmarshalResult decodes a stored JSON result with json.Unmarshal: what
+// decodeValue does not decode, and the error it gets.
+func unmarshalResult[T any](data []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, fmt.Errorf("idem: stored result does not decode into %T: %w", v, err)
+	}
+	return v, nil
 }
