@@ -10,58 +10,58 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// How the store's calls are batched (WithAutoPipeline). The figures are
-// fresh Do throughput against the plain two-command floor, measured in
-// interleaved runs on 2 cores and loopback:
-//   - pipeDirect: a call with at most this many calls of the store in
-//     flight, itself included, is sent directly. A batch costs its callers
-//     two hand-offs between goroutines, which a few callers sharing a
-//     batch do not win back (at 4 clients, batches served 0.51× the
-//     plain commands' throughput, direct calls 0.79×).
-//   - pipeSlots: how many batches may be on the wire at once. With one,
-//     Redis and the callers take turns, each idle while the other works
-//     (1.25× the plain floor at 64 clients); with two, one batch runs
-//     while the next fills (1.9×). More split the callers into smaller
-//     batches, which cost both sides more per command.
-//   - pipeSecond: a second batch starts while one is on the wire only once
-//     this many commands wait; fewer wait for the first to return and go
-//     with the others queued by then (16 clients: 1.13× with, 1.04×
-//     without).
-const (
-	pipeDirect = 4
-	pipeSlots  = 2
-	pipeSecond = 4
-)
+// pipeDirect: a call with at most this many calls of the store in flight,
+// itself included, is sent directly, without gathering a batch. A batch
+// costs its callers a hand-off between goroutines and the others' time in
+// Redis before the replies come back; a few callers sharing a batch win
+// little back where they wait on round trips (2 callers over a 500 µs round
+// trip: replays at 0.94× the plain calls' throughput with batches of two,
+// 4 runs).
+const pipeDirect = 4
 
-// pipeline batches a store's script calls (WithAutoPipeline): a call made
-// while more than pipeDirect calls of the store are in flight joins a
-// queue, and the queue is sent as one go-redis pipeline when no batch is
-// on the wire, or when pipeSecond commands wait and a second slot is free,
-// so concurrent callers share writes, reads and system calls on both
-// sides. A batch never waits for more commands: the commands queued while
-// one is on the wire make the next.
+// pipeline batches a store's script calls. No call waits behind a batch
+// already on the wire: a call made while more than pipeDirect calls are in
+// flight joins the batch being gathered, if one is, or starts the next
+// one, which goes out as soon as its first caller has let the goroutines
+// ready to run make their calls (runtime.Gosched, which returns at once
+// when none is ready). Any number of batches may be on the wire at once,
+// each on a connection of its own from the client's pool, so a batch takes
+// a connection only where a call would have taken one. A batch of one
+// command is sent directly on its caller's goroutine, as without batching.
+//
+// A batch is as large as the process is busy: where the callers wait for
+// CPU, every goroutine ready to run makes its call before the first caller
+// runs again, and the batch carries them all; where they wait on round
+// trips, a batch carries the callers that the last replies woke together.
 type pipeline struct {
-	c        redis.UniversalClient
-	inFlight atomic.Int32 // store calls being sent, pipelined or not
+	c redis.UniversalClient
+	// inFlight counts the store's calls that may ride a batch (pipeDirect).
+	inFlight atomic.Int32
+	every    bool // every call rides a batch, a lone one too (tests)
 
-	mu      sync.Mutex
-	queue   []*pipeCall // waiting for the next batch
-	running int         // batches on the wire, at most pipeSlots
+	mu   sync.Mutex
+	open *batch // being gathered: its first caller has not sent it yet
 }
 
-// pipeCall is a command waiting in a pipeline.
+// batch is the commands gathered for one pipeline.
+type batch struct{ calls []*pipeCall }
+
+// pipeCall is a command waiting in a batch.
 type pipeCall struct {
 	cmd  *redis.Cmd
 	done chan struct{} // receives once, when the command's batch has run
 }
 
-var pipeCalls = sync.Pool{New: func() any { return &pipeCall{done: make(chan struct{}, 1)} }}
+var (
+	pipeCalls = sync.Pool{New: func() any { return &pipeCall{done: make(chan struct{}, 1)} }}
+	batches   = sync.Pool{New: func() any { return new(batch) }}
+)
 
 // newPipeline returns the pipeline of c.
 func newPipeline(c redis.UniversalClient) *pipeline { return &pipeline{c: c} }
 
-// join reports whether a call of script rides the pipeline: not when the
-// store is not pipelined (pl is nil) or the script is always sent directly,
+// join reports whether a call of script may ride a batch: not when the
+// store does not batch (pl is nil) or the script is always sent directly,
 // nor when at most pipeDirect calls are in flight, itself included.
 // counted reports whether the call was counted in flight: the caller then
 // calls pl.sent once the call has its reply.
@@ -69,16 +69,16 @@ func (pl *pipeline) join(script *luaScript) (pipelined, counted bool) {
 	if pl == nil || script.direct {
 		return false, false
 	}
-	return pl.inFlight.Add(1) > pipeDirect, true
+	return pl.inFlight.Add(1) > pipeDirect || pl.every, true
 }
 
 // sent ends a call that join counted in flight.
 func (pl *pipeline) sent() { pl.inFlight.Add(-1) }
 
-// send runs cmd on the client c or, when pipelined, in the next batch of
-// pl, and returns the command that holds the outcome: cmd, or a command
-// carrying ctx's error when ctx ended first (cmd may still run, and must
-// not be read; abandoned is then true).
+// send runs cmd on the client c or, when pipelined, in a batch of pl, and
+// returns the command that holds the outcome: cmd, or a command carrying
+// ctx's error when ctx ended first (cmd may still run, and must not be
+// read; abandoned is then true).
 func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined bool, cmd *redis.Cmd) (out *redis.Cmd, abandoned bool) {
 	if !pipelined {
 		_ = c.Process(ctx, cmd)
@@ -90,18 +90,41 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 	pc := pipeCalls.Get().(*pipeCall)
 	pc.cmd = cmd
 	pl.mu.Lock()
-	pl.queue = append(pl.queue, pc)
-	var batch []*pipeCall
-	if pl.running == 0 || (pl.running < pipeSlots && len(pl.queue) >= pipeSecond) {
-		pl.running++
-		batch, pl.queue = pl.queue, nil
+	if b := pl.open; b != nil {
+		b.calls = append(b.calls, pc)
+		pl.mu.Unlock()
+		return pl.wait(ctx, pc)
 	}
+	b := batches.Get().(*batch)
+	b.calls = append(b.calls, pc)
+	pl.open = b
 	pl.mu.Unlock()
-	if batch != nil {
-		go pl.drain(batch)
+	// The goroutines ready to run go first, and those that call the store
+	// join b. With none ready, this returns at once.
+	runtime.Gosched()
+	pl.mu.Lock()
+	pl.open = nil
+	pl.mu.Unlock()
+	if len(b.calls) == 1 && !pl.every {
+		// Alone: sent as without batching, bounded by ctx.
+		b.calls[0] = nil
+		b.calls = b.calls[:0]
+		batches.Put(b)
+		pc.cmd = nil
+		pipeCalls.Put(pc)
+		_ = c.Process(ctx, cmd)
+		return cmd, false
 	}
+	go pl.exec(b)
+	return pl.wait(ctx, pc)
+}
+
+// wait returns pc's command once its batch has run, or a command carrying
+// ctx's error when ctx ends first.
+func (pl *pipeline) wait(ctx context.Context, pc *pipeCall) (out *redis.Cmd, abandoned bool) {
 	select {
 	case <-pc.done:
+		cmd := pc.cmd
 		pc.cmd = nil
 		pipeCalls.Put(pc)
 		return cmd, false
@@ -111,53 +134,32 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 	}
 }
 
-// drain sends batch, then the commands queued meanwhile, until none are
-// left. The batches run detached from their callers' contexts, bounded by
-// the client's own timeouts: each caller stops waiting when its context
-// ends, and the others' commands still run.
-func (pl *pipeline) drain(batch []*pipeCall) {
-	for {
-		pl.exec(batch)
-		for _, pc := range batch {
-			pc.done <- struct{}{}
-		}
-		clear(batch)
-		// The callers just woken are runnable: let them queue their next
-		// commands before the queue is taken, so that they ride this next
-		// batch rather than a later one. Fewer, larger batches: at 16
-		// clients 15–20 % less client and 5–10 % less Redis CPU per fresh
-		// Do, for the same throughput or more.
-		runtime.Gosched()
-		pl.mu.Lock()
-		// The sent batch's array becomes the next queue.
-		batch, pl.queue = pl.queue, batch[:0]
-		if len(batch) == 0 {
-			pl.running--
-			pl.mu.Unlock()
-			return
-		}
-		pl.mu.Unlock()
-	}
-}
-
-// exec sends batch as one pipeline; each command holds its own outcome. A
-// panic on the way (a hook's) fails the commands that have no outcome yet:
-// on a direct call it would reach the caller, who may recover it; here it
-// would end the process.
-func (pl *pipeline) exec(batch []*pipeCall) {
+// exec sends b as one pipeline and wakes its callers. The pipeline runs
+// detached from their contexts, bounded by the client's own timeouts: each
+// caller stops waiting when its context ends, and the others' commands
+// still run. A panic on the way (a hook's) fails the commands that have no
+// outcome yet: on a direct call it would reach the caller, who may recover
+// it; here it would end the process.
+func (pl *pipeline) exec(b *batch) {
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("idem: a batch of the store panicked: %v", r)
-			for _, pc := range batch {
+			for _, pc := range b.calls {
 				if pc.cmd.Err() == nil && pc.cmd.Val() == nil {
 					pc.cmd.SetErr(err)
 				}
 			}
 		}
+		for _, pc := range b.calls {
+			pc.done <- struct{}{}
+		}
+		clear(b.calls)
+		b.calls = b.calls[:0]
+		batches.Put(b)
 	}()
 	ctx := context.Background()
 	p := pl.c.Pipeline()
-	for _, pc := range batch {
+	for _, pc := range b.calls {
 		_ = p.Process(ctx, pc.cmd)
 	}
 	_, _ = p.Exec(ctx)
