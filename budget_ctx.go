@@ -18,7 +18,7 @@ import (
 // withBudget returns ctx with a deadline d away, and the function that
 // releases it, as context.WithTimeout does. When ctx can never be cancelled
 // and has no deadline, the deadline is rounded up to the end of a slice of
-// time at most a sixteenth of d long (1ms at most), and the context shares
+// time at most a 64th of d long (10ms at most), and the context shares
 // its Done channel with the calls whose deadlines end in that slice; on
 // context.Background() the context itself is shared, and costs nothing.
 // Its cancel function then does nothing: the context ends at its deadline,
@@ -94,7 +94,7 @@ var slicesBase = time.Now()
 // budgetSlice returns the slice whose end is the first at or after d from
 // now, making it when it does not exist yet.
 func budgetSlice(d time.Duration) *deadlineSlice {
-	w := min(d/16, time.Millisecond)
+	w := min(d/64, 10*time.Millisecond)
 	if w <= 0 {
 		w = 1
 	}
