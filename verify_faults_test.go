@@ -237,8 +237,19 @@ func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
 		// down-after. The probes start once a primary answers.
 		r.fo.WaitFailover(t, nil, 30*time.Second)
 	}
+	// What the workload's Guards still write in the background (a claim
+	// whose answer never came, taken back; a completion) is part of the
+	// healing: it ends before the probes.
+	drain, stop := context.WithTimeout(context.Background(), rfLease+time.Minute)
+	defer stop()
+	for _, g := range w.Guards {
+		require.NoError(t, g.Drain(drain), "a Guard's writes in the background did not end")
+	}
+	// The probes check that every key is free or completed; their store
+	// timeout is far above what a loaded machine may take to answer.
 	probe := idem.New(idem.NewRedisStore(r.direct, idem.WithPrefix(rfPrefix)), quietLogger(),
-		idem.WithLease(rfLease), idem.WithWait(rfLease+rfWait+time.Second), idem.WithObserver(verify.Observer()))
+		idem.WithLease(rfLease), idem.WithWait(rfLease+rfWait+time.Second), idem.WithObserver(verify.Observer()),
+		idem.WithStoreTimeout(10*time.Second))
 	w.Probe(context.Background(), probe, r.h, sink)
 
 	rep := verify.Check(r.h)

@@ -132,7 +132,10 @@ func spiedGuards(t *testing.T, addr string, claims chan<- int64) [2]*idem.Guard 
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = c.Close() })
 		store := &claimSpy{Store: idem.NewRedisStore(c), claims: claims}
-		guards[i] = idem.New(store, quiet, idem.WithLease(10*time.Second), idem.WithWait(30*time.Second))
+		// 32 callers on a pool of fewer connections, on a loaded machine:
+		// the store timeout is far above any wait, so that only the race
+		// under test decides.
+		guards[i] = idem.New(store, quiet, idem.WithLease(10*time.Second), idem.WithWait(30*time.Second), idem.WithStoreTimeout(10*time.Second))
 	}
 	return guards
 }
