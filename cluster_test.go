@@ -40,8 +40,8 @@ func newClusterBackend(t *testing.T) *clusterBackend {
 }
 
 // forEachClusterMode runs f, in parallel subtests, on a backend whose
-// stores send their calls as they are and on one whose stores auto-pipeline
-// every call that may be (WithAutoPipeline).
+// stores send every call directly (WithoutAutoPipeline) and on one whose
+// stores batch every call that may be batched.
 func forEachClusterMode(t *testing.T, f func(t *testing.T, b *clusterBackend)) {
 	t.Helper()
 	for _, pipelined := range []bool{false, true} {
@@ -66,7 +66,7 @@ func (b *clusterBackend) store(c redis.UniversalClient, opts ...RedisOption) *Re
 	}
 	opts = append([]RedisOption{WithPrefix(b.prefix)}, opts...)
 	if !b.pipelined {
-		return NewRedisStore(c, opts...)
+		return NewRedisStore(c, append(opts, WithoutAutoPipeline())...)
 	}
 	return PipelineEveryCall(NewRedisStore(c, append(opts, WithAutoPipeline())...))
 }

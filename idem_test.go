@@ -39,12 +39,17 @@ type backend struct {
 	// pipelined: every store call that may ride a batch rides one
 	// (WithAutoPipeline).
 	pipelined bool
+	// plain: no call rides a batch (WithoutAutoPipeline).
+	plain bool
 }
 
 func (b *backend) store(opts ...idem.RedisOption) *idem.RedisStore {
 	opts = append([]idem.RedisOption{idem.WithPrefix(b.prefix)}, opts...)
 	if b.pipelined {
 		return idem.PipelineEveryCall(idem.NewRedisStore(b.client, append(opts, idem.WithAutoPipeline())...))
+	}
+	if b.plain {
+		opts = append(opts, idem.WithoutAutoPipeline())
 	}
 	return idem.NewRedisStore(b.client, opts...)
 }
@@ -57,9 +62,9 @@ func (b *backend) guard(t *testing.T, opts ...idem.Option) *idem.Guard {
 // quiet discards the engine's log: tests that read it set their own logger.
 var quiet = idem.WithLogger(slog.New(slog.DiscardHandler))
 
-// forEachBackend runs f on miniredis and on a real redis-server, there
-// also with the store's calls auto-pipelined; the latter skip when
-// redis-server is not installed.
+// forEachBackend runs f on miniredis with the store's defaults and on a
+// real redis-server, there with no call batched and with every call that
+// may be batched; the latter skip when redis-server is not installed.
 func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
@@ -71,7 +76,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		srv := redistest.Shared(t)
-		f(t, &backend{client: srv.Client(t), options: srv.Options, prefix: redistest.Prefix(t), advance: time.Sleep})
+		f(t, &backend{client: srv.Client(t), options: srv.Options, prefix: redistest.Prefix(t), advance: time.Sleep, plain: true})
 	})
 	t.Run("redis-server-autopipe", func(t *testing.T) {
 		srv := redistest.Shared(t)

@@ -57,8 +57,8 @@ type RedisStore struct {
 	log           *slog.Logger
 	bad           error        // a client the store cannot work with
 	health        *storeHealth // fail-fast, shared by the Guards over the store
-	autoPipe      bool         // WithAutoPipeline
-	pipe          *pipeline    // with WithAutoPipeline
+	autoPipe      bool         // WithAutoPipeline (the default), WithoutAutoPipeline
+	pipe          *pipeline    // when batching
 	errs          []string     // malformed options, for NewRedisStore's panic
 
 	watchable    atomic.Int32           // 0 unknown, 1 sharded Pub/Sub works, 2 it does not
@@ -102,43 +102,57 @@ func WithCompression(minSize int) RedisOption {
 }
 
 // WithAutoPipeline makes the store batch the scripts of concurrent
-// callers: a call made while more than four calls of the store are in
-// flight joins a queue, sent as one go-redis pipeline on the client when no
-// batch of the store is on the wire, or as a second one once four commands
-// wait. The callers then share writes, reads and system calls on both
-// sides: under concurrency Redis spends far less CPU per operation, and the
-// store serves more operations per Redis core. A batch never waits on a
-// timer; the commands queued while one is on the wire make the next.
+// callers. It is the default: the option is kept for code written when it
+// was not, and turns batching on again after a WithoutAutoPipeline earlier
+// in the same list.
 //
-// The default is off. Turn it on where many requests run at once per
-// process (16 or more per store) on a low-latency link to Redis. Where
-// round trips rather than CPU bound the callers, a call that joins a queue
-// waits for the batch on the wire: at 8 and 16 concurrent callers and a
-// 2ms round trip, the option served up to 10% fewer operations than plain
-// calls (docs/benchmarks.md, "Batching by client count").
+// No call waits behind a batch already on the wire. A call made while at
+// most four calls of the store are in flight (itself included) is sent
+// directly, as without batching. Beyond that, a call joins the batch being
+// gathered, if there is one, or starts the next: that batch goes out as
+// one go-redis pipeline as soon as its first caller has let the
+// goroutines ready to run make their own calls (runtime.Gosched, which
+// returns at once when none is ready), and a batch of one is sent
+// directly. Any number of batches may be on the wire at once, each on a
+// connection of its own from the client's pool, so a batch takes a
+// connection only where a call would have taken one. Where the callers
+// wait for CPU, those ready to run share one batch, and Redis and the
+// client spend less CPU per operation (one read and one write per batch
+// instead of per command); where they wait on round trips, the calls go
+// out at once, nearly as they would without batching. Measured against
+// plain calls at 1 to 64 concurrent callers, on loopback and over 500 µs
+// and 2 ms round trips, batching served 0.97× to 3× their operations, the
+// lower figures within the noise of the runs (docs/benchmarks.md,
+// "Batching by client count").
 //
-// Claims, completions, releases and checkpoints ride the batches; a call
-// with at most four calls of the store in flight (itself included) is sent
-// directly, so a few callers pay no batching delay. Lease renewals are
-// always sent directly, so that a renewal never waits behind a batch.
-// Writes that wait for replicas (WithReplicaAck) stay off the batches too:
-// WAIT blocks the connection it runs on. Waiters, Check, Inspect and Forget
-// use the client as before.
+// Claims, completions, releases and checkpoints ride the batches. Lease
+// renewals are always sent directly, so that a renewal never waits for
+// other callers' commands. Writes that wait for replicas (WithReplicaAck)
+// stay off the batches too: WAIT blocks the connection it runs on.
+// Waiters, Check, Inspect and Forget use the client as before.
 //
-// A call waits for its batch until its context ends, as a call on the client
-// does with ContextTimeoutEnabled, whatever the client's setting; a command
-// already queued may still run, bounded by the client's own timeouts. The
-// lease is measured from before the command is queued, as without the
-// option, so a late batch shortens the holder's lease and never lengthens
-// it.
+// A batched call waits for its batch until its context ends, as a call on
+// the client does with ContextTimeoutEnabled, whatever the client's
+// setting; its command may still run, bounded by the client's own
+// timeouts. The lease is measured from before the command is sent, so a
+// late batch shortens the holder's lease and never lengthens it.
 //
-// Batches are pipelines of the client (its Pipeline method, on its
-// pipeline connections; hooks see them as pipelines), so any client the
-// store accepts can batch, a *redis.ClusterClient too (a batch is split by
+// Batches are pipelines of the client (its Pipeline method, on its pool's
+// connections; hooks see them as pipelines), so any client the store
+// accepts can batch, a *redis.ClusterClient too (a batch is split by
 // node). go-redis's own auto-pipeliner and the client's
 // AutoPipelineOptions are not used.
 func WithAutoPipeline() RedisOption {
 	return func(s *RedisStore) { s.autoPipe = true }
+}
+
+// WithoutAutoPipeline makes the store send every call directly on its
+// client, each command on a connection of its own, as it did before
+// batching became the default (WithAutoPipeline says what batching does).
+// Hooks then see every script as a command (ProcessHook), never in a
+// pipeline.
+func WithoutAutoPipeline() RedisOption {
+	return func(s *RedisStore) { s.autoPipe = false }
 }
 
 // WithStoreLogger sets the logger Check writes its warnings to. The default
@@ -159,7 +173,7 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 // idemclient.NewTransport do; durations and sizes are clamped as each option
 // says.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c), health: newStoreHealth()}
+	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c), health: newStoreHealth(), autoPipe: true}
 	for _, o := range opts {
 		if o != nil {
 			o(s)

@@ -75,7 +75,7 @@ func pipeFresh(e *env, tag string, n int, mk func() (redis.UniversalClient, *rtH
 	}
 	rawPipe = &variant{name: fmt.Sprintf("raw SET NX PX + SET PX auto-pipelined, %d clients", n), clients: n, rt: h2.n, srv: srv, op: floorOp(ap, keyer(base+"-rawp"))}
 	c3, h3 := mk()
-	do = &variant{name: fmt.Sprintf("idem.Do fresh, %d clients", n), clients: n, rt: h3.n, srv: srv, op: doOp(e.guard(c3, base+"-do"), keyer("k"))}
+	do = &variant{name: fmt.Sprintf("idem.Do fresh, WithoutAutoPipeline, %d clients", n), clients: n, rt: h3.n, srv: srv, op: doOp(plainGuard(c3, base+"-do"), keyer("k"))}
 	c4, h4 := mk()
 	doPipe = &variant{name: fmt.Sprintf("idem.Do fresh, WithAutoPipeline, %d clients", n), clients: n, rt: h4.n, srv: srv, op: doOp(pipeGuard(c4, base+"-dop"), keyer("k"))}
 	return raw, rawPipe, do, doPipe, nil
@@ -124,7 +124,7 @@ func pipeReplays(e *env, tag string, n int, mk func() (redis.UniversalClient, *r
 		}
 	}
 	pc, ph := mk()
-	replay = replayOn(fmt.Sprintf("idem.Do replays, %d clients", n), e.guard(pc, base+"-rp"), ph)
+	replay = replayOn(fmt.Sprintf("idem.Do replays, WithoutAutoPipeline, %d clients", n), plainGuard(pc, base+"-rp"), ph)
 	qc, qh := mk()
 	replayPipe = replayOn(fmt.Sprintf("idem.Do replays, WithAutoPipeline, %d clients", n), pipeGuard(qc, base+"-rq"), qh)
 	return get, replay, replayPipe
@@ -204,7 +204,7 @@ func pipeMiddleware(ctx context.Context, e *env, cfg *config) error {
 	n := e.cfg.clients
 	c1, h1 := e.client(0, n)
 	c2, h2 := e.client(0, n)
-	plain := newHTTPTarget(e, middleware(e.guard(c1, "apm-"+e.nonce)), httpRespBody)
+	plain := newHTTPTarget(e, middleware(plainGuard(c1, "apm-"+e.nonce)), httpRespBody)
 	piped := newHTTPTarget(e, middleware(pipeGuard(c2, "apq-"+e.nonce)), httpRespBody)
 	bare := newHTTPTarget(e, nil, httpRespBody)
 	post := func(t *httpTarget, keys keyer) func(ctx context.Context, w int, seq uint64) error {
@@ -217,7 +217,7 @@ func pipeMiddleware(ctx context.Context, e *env, cfg *config) error {
 		}
 	}
 	vb := &variant{name: "bare handler", clients: n, srv: e.serverUsec, op: post(bare, keyer("b"))}
-	vp := &variant{name: "g.Middleware, fresh keys", clients: n, rt: h1.n, srv: e.serverUsec, op: post(plain, keyer("m"))}
+	vp := &variant{name: "g.Middleware, fresh keys, WithoutAutoPipeline", clients: n, rt: h1.n, srv: e.serverUsec, op: post(plain, keyer("m"))}
 	vq := &variant{name: "g.Middleware, fresh keys, WithAutoPipeline", clients: n, rt: h2.n, srv: e.serverUsec, op: post(piped, keyer("m"))}
 	if err := compare(ctx, cfg, "auto-pipelining, middleware", vb, vp, vq); err != nil {
 		return err
