@@ -50,7 +50,7 @@ var storeScripts = map[string]struct {
 // miniredis (in-process, fast), then on a real redis-server.
 var luaStages = []luaStage{
 	{"miniredis", `^TestRedisStoreContractMiniredis$`, false},
-	{"redis-server", `^(TestRedisStoreContractRedisServer|TestScriptsAgreeOnLayout|TestClaimScriptPaths|TestCreatedArg|` +
+	{"redis-server", `^(TestRedisStoreContractRedisServer|TestScriptsAgreeOnLayout|TestClaimScriptPaths|TestCreatedArg|TestClaimScriptTombstonePaths|TestClaimReplayComparesInGo|` +
 		`TestCheckpointScriptPaths|TestScriptErrorsNameTheRecord|TestClaimScriptTouchesReplays|TestClaimScriptLeasePaths|` +
 		`TestClaimScriptLastMillisecond|TestCompleteScriptPaths|TestUnclaimScriptPaths|TestScriptsPublish|TestCompleteScriptPublishRefused|TestWaiterIsNotified|TestForgetNotifiesWaiters|` +
 		`TestRedisStoreReplicaAck|TestInspect|TestInspectResults|TestForget|TestForgetLiveLease|TestForgetWaitsForReplicas|` +
@@ -69,12 +69,12 @@ type luaStage struct {
 var luaEquivalent = map[string]string{
 	`checkpoint.lua:23:9 boundary "<=" -> "<"`:    "the loop ends at #v+1 after the last entry; i = #v would be an entry of one byte, and the shortest is four (0:0:)",
 	`checkpoint.lua:27:38 constant "1" -> "2"`:    "the search for the value's colon starts on the first digit of the value's length, never a colon, instead of just before it",
-	`claim.lua:48:54 constant "1" -> "2"`:         "the floor of the wait told when the lease ran out between SET NX and PTTL (-2): any positive floor makes the claimant claim again",
-	`claim.lua:53:34 constant "2" -> "3"`:         "string.byte returns a third byte that nothing reads",
-	`claim.lua:74:6 branch "not kid" -> "false"`:  "a plain stored fingerprint met by a keyed request: the loop after it finds no listed (keyed) fingerprint equal to it or with its absent key id, and returns the same {5}",
-	`claim.lua:94:12 boundary ">" -> ">="`:        "a completed record with PTTL 0 is in its last millisecond: touched or not, it is gone before a replica could serve it",
-	`claim.lua:94:14 constant "0" -> "1"`:         "as above, for a record with one millisecond left",
-	`claim.lua:112:8 boundary ">" -> ">="`:        "a lease with PTTL 0 (its last millisecond) is taken over, or waited for one millisecond: no test can arrange PTTL 0 (miniredis deletes the key, a real server's clock moves)",
+	`claim.lua:59:56 constant "1" -> "2"`:         "the floor of the wait told when the lease ran out between SET NX and PTTL (-2): any positive floor makes the claimant claim again",
+	`claim.lua:66:34 constant "2" -> "3"`:         "string.byte returns a third byte that nothing reads",
+	`claim.lua:70:12 boundary ">" -> ">="`:        "a completed record with PTTL 0 is in its last millisecond: touched or not, it is gone before a replica could serve it",
+	`claim.lua:70:14 constant "0" -> "1"`:         "as above, for a record with one millisecond left",
+	`claim.lua:90:6 branch "not kid" -> "false"`:  "a plain stored fingerprint met by a keyed request: the loop after it finds no listed (keyed) fingerprint equal to it or with its absent key id, and returns the same {5}",
+	`claim.lua:122:10 boundary ">" -> ">="`:       "a lease with PTTL 0 (its last millisecond) is taken over, or waited for one millisecond: no test can arrange PTTL 0 (miniredis deletes the key, a real server's clock moves)",
 	`forget.lua:15:28 boundary ">" -> ">="`:       "a lease with PTTL 0 (its last millisecond) is forgotten or refused: no test can arrange PTTL 0",
 	`forget.lua:15:30 constant "0" -> "1"`:        "a lease with one millisecond left is forgotten or refused, a timing no test can hold on a real server",
 	`probe.lua:16:13 constant "10000" -> "10001"`: "the TTL of the probe's key (SET, then PEXPIRE), which the probe deletes again",
