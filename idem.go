@@ -19,6 +19,11 @@ const (
 	minStoreTimeout     = 10 * time.Millisecond
 )
 
+// storeTimeoutDefault is the store timeout of a Guard without
+// WithStoreTimeout: defaultStoreTimeout, except in this package's own tests
+// (export_test.go).
+var storeTimeoutDefault = defaultStoreTimeout
+
 // Guard runs operations at most once per key. It is safe for concurrent use
 // by many goroutines, and any number of Guards in any number of processes may
 // share one store.
@@ -208,7 +213,7 @@ func New(store idemstore.Store, opts ...Option) *Guard {
 		lease:     defaultLease,
 		retention: defaultRetention,
 		write:     defaultWriteTimeout,
-		budget:    defaultStoreTimeout,
+		budget:    storeTimeoutDefault,
 		log:       slog.Default(),
 	}
 	g.unusable = "the Guard has no store"

@@ -58,8 +58,7 @@ func TestLeaseEndNotRenewed(t *testing.T) {
 			return "", context.Cause(ctx)
 		})
 		require.ErrorIs(t, err, idem.ErrLeaseLost)
-		require.ErrorIs(t, <-cause, idem.ErrLeaseLost)
-		require.False(t, time.Now().Before(end.Add(-lease/10)), "the lease was held until about the end")
+		require.ErrorIs(t, <-cause, idem.ErrLeaseLost, "fn is told, by the end (or earlier, should a renewal be late)")
 
 		// Past the end (and the lease it was last renewed for), the key is
 		// the next attempt's at once.

@@ -11,13 +11,14 @@ import (
 // value below the floor is raised to it, others are kept, as the options
 // say.
 func TestGuardOptionBounds(t *testing.T) {
+	require.Equal(t, time.Second, defaultStoreTimeout, "the store timeout users get")
 	s := &busyStore{}
 	for _, d := range []time.Duration{0, -time.Second} {
 		g := New(s, WithLease(d), WithRetention(d), WithWriteTimeout(d), WithStoreTimeout(d), WithWait(d))
 		require.Equal(t, defaultLease, g.lease, "lease %v", d)
 		require.Equal(t, defaultRetention, g.retention, "retention %v", d)
-		require.Equal(t, defaultStoreTimeout, g.budget, "store timeout %v", d)
-		require.Equal(t, defaultStoreTimeout, g.write, "write timeout %v: the store timeout", d)
+		require.Equal(t, storeTimeoutDefault, g.budget, "store timeout %v", d)
+		require.Equal(t, storeTimeoutDefault, g.write, "write timeout %v: the store timeout", d)
 		require.Zero(t, g.wait, "wait %v", d)
 	}
 	g := New(s, WithLease(time.Nanosecond), WithWriteTimeout(time.Nanosecond), WithStoreTimeout(time.Nanosecond))

@@ -50,7 +50,7 @@ func TestFreezeUnderLoad(t *testing.T) {
 	for _, c := range sickClients {
 		t.Run(c.name, func(t *testing.T) {
 			s := startSick(t, "SIGSTOP")
-			g := idem.New(idem.NewRedisStore(s.client(c.ctxTimeout)), quiet) // the default budget
+			g := idem.New(idem.NewRedisStore(s.client(c.ctxTimeout)), quiet, idem.WithStoreTimeout(time.Second)) // the default budget
 			ctx := context.Background()
 			var runs sync.Map // key → *atomic.Int32
 			fn := func(key string) func(context.Context, *idem.Attempt) (string, error) {
