@@ -225,7 +225,15 @@ func waitReady(proc *process, addr string, tc *tls.Config, logPath string) error
 // process took the port between freePorts and the bind, that process
 // answered PING, and proc is about to exit.
 func checkOwner(proc *process, addr string, tc *tls.Config) error {
-	info, err := send(addr, tc, probeTimeout, "INFO", "server")
+	// A loaded machine may take longer than a probe to answer (a TLS
+	// handshake under the race detector): a few tries, as waitReady's.
+	var info string
+	var err error
+	for try := 0; try < 10; try++ {
+		if info, err = send(addr, tc, probeTimeout, "INFO", "server"); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("redistest: INFO on %s: %w", addr, err)
 	}
