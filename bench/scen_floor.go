@@ -60,15 +60,23 @@ func floorVariants(e *env, tag string, clients int, mk func() (redis.UniversalCl
 		},
 	}
 
+	replay = replayDoVariant(e, "idem.Do, replays", base+"-replay", clients, mk, srv)
+	return raw, fresh, get, replay
+}
+
+// replayDoVariant returns idem.Do replaying completed keys, on a client made
+// by mk, its store made with opts.
+func replayDoVariant(e *env, name, prefix string, clients int, mk func() (redis.UniversalClient, *rtHook), srv func(context.Context) (float64, error), opts ...idem.RedisOption) *variant {
+	n := e.cfg.replayKeys
 	pc, ph := mk()
-	pg := e.guard(pc, base+"-replay")
+	pg := floorGuard(pc, prefix, opts...)
 	replayKeys := make([]string, n)
 	for i := range replayKeys {
 		replayKeys[i] = "replay-" + strconv.Itoa(i)
 	}
 	var reran atomic.Int64
-	replay = &variant{
-		name: "idem.Do, replays", clients: clients, rt: ph.n, hook: ph, srv: srv,
+	return &variant{
+		name: name, clients: clients, rt: ph.n, hook: ph, srv: srv,
 		setup: func(ctx context.Context) error {
 			return populate(ctx, n, func(ctx context.Context, i int) error {
 				_, err := idem.Do(ctx, pg, replayKeys[i], theReq, func(ctx context.Context, a *idem.Attempt) (payment, error) {
@@ -91,13 +99,19 @@ func floorVariants(e *env, tag string, clients int, mk func() (redis.UniversalCl
 			return err
 		},
 	}
-	return raw, fresh, get, replay
 }
 
-// freshDoVariant returns idem.Do on fresh keys, on a client made by mk.
-func freshDoVariant(e *env, name, prefix string, clients int, mk func() (redis.UniversalClient, *rtHook), srv func(context.Context) (float64, error)) *variant {
+// floorGuard returns a Guard on c with its own key prefix, its store made
+// with opts (e.guard's, with store options).
+func floorGuard(c redis.UniversalClient, prefix string, opts ...idem.RedisOption) *idem.Guard {
+	return idem.New(idem.NewRedisStore(c, append([]idem.RedisOption{idem.WithPrefix(prefix)}, opts...)...), idem.WithRetention(retention))
+}
+
+// freshDoVariant returns idem.Do on fresh keys, on a client made by mk,
+// its store made with opts.
+func freshDoVariant(e *env, name, prefix string, clients int, mk func() (redis.UniversalClient, *rtHook), srv func(context.Context) (float64, error), opts ...idem.RedisOption) *variant {
 	c, h := mk()
-	g := e.guard(c, prefix)
+	g := floorGuard(c, prefix, opts...)
 	keys := keyer("fresh")
 	return &variant{
 		name: name, clients: clients, rt: h.n, hook: h, srv: srv,
@@ -195,10 +209,17 @@ func runFloor(ctx context.Context, e *env) error {
 		mk := func() (redis.UniversalClient, *rtHook) { return e.client(d, clients) }
 		raw, fresh, get, replay := floorVariants(e, tag, clients, mk, srv)
 		fvs, rvs := []*variant{raw, fresh}, []*variant{get, replay}
-		var luaFresh, luaReplay, defFresh *variant
+		var luaFresh, luaReplay, defFresh, plainFresh, plainReplay *variant
 		if d == 0 {
 			luaFresh, luaReplay = luaFloorVariants(e, tag, clients, mk, srv, get.keys)
 			fvs, rvs = append(fvs, luaFresh), append(rvs, luaReplay)
+			// Batching is on by default; these rows send every script as
+			// a command of its own, the path a lone caller takes.
+			plainFresh = freshDoVariant(e, "idem.Do, fresh keys, without batching (WithoutAutoPipeline)", "b-"+e.nonce+"-"+tag+"-doplain",
+				clients, mk, srv, idem.WithoutAutoPipeline())
+			plainReplay = replayDoVariant(e, "idem.Do, replays, without batching (WithoutAutoPipeline)", "b-"+e.nonce+"-"+tag+"-replayplain",
+				clients, mk, srv, idem.WithoutAutoPipeline())
+			fvs, rvs = append(fvs, plainFresh), append(rvs, plainReplay)
 			// Every other client here sets ContextTimeoutEnabled, as the
 			// README recommends; this row shows what go-redis defaults cost:
 			// the completion then runs on a goroutine of its own.
@@ -215,22 +236,28 @@ func runFloor(ctx context.Context, e *env) error {
 		sec := e.rep.section("1. Floor: "+title, floorNote(d, clients, e.cfg.replayKeys, raw))
 		sec.pair(raw, fresh)
 		if luaFresh != nil {
+			sec.pair(raw, plainFresh)
 			sec.pair(raw, luaFresh)
 			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua fresh", ratio(luaFresh, raw), math.NaN()})
 			sec.pair(raw, defFresh)
 		}
 		sec.pair(get, replay)
 		if luaReplay != nil {
+			sec.pair(get, plainReplay)
 			sec.pair(get, luaReplay)
 			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua read", ratio(luaReplay, get), math.NaN()})
 		}
 		e.rep.ratioTarget("floor, "+title+": fresh Do / raw 2-RT floor (median of interleaved rounds)", short+" fresh", fresh, raw, freshT)
 		e.rep.ratioTarget("floor, "+title+": Do replay / raw GET (median of interleaved rounds)", short+" replay", replay, get, replayT)
 		if d == 0 {
-			e.rep.exactTarget("round trips per fresh Do (nobody waits: no extra round trip)", fresh.rtPerOp(), 2)
-			e.rep.exactTarget("round trips per Do replay (nobody waits: no extra round trip)", replay.rtPerOp(), 1)
+			// A batch is one round trip for the calls it carries: the round
+			// trips of one call are counted without batching.
+			e.rep.exactTarget("round trips per fresh Do (without batching; nobody waits: no extra round trip)", plainFresh.rtPerOp(), 2)
+			e.rep.exactTarget("round trips per Do replay (without batching; nobody waits: no extra round trip)", plainReplay.rtPerOp(), 1)
 			srvTarget(e.rep, "Redis CPU per fresh Do / the raw floor's (INFO cpu, "+title+")", fresh, raw, 1.15)
 			srvTarget(e.rep, "Redis CPU per Do replay / a raw GET's (INFO cpu, "+title+")", replay, get, 1.10)
+			srvTarget(e.rep, "Redis CPU per fresh Do without batching / the raw floor's (INFO cpu, "+title+")", plainFresh, raw, 1.15)
+			srvTarget(e.rep, "Redis CPU per Do replay without batching / a raw GET's (INFO cpu, "+title+")", plainReplay, get, 1.10)
 		}
 	}
 	return nil
@@ -252,7 +279,8 @@ func floorNote(d time.Duration, clients, replayKeys int, raw *variant) string {
 		"correct design needs: `SET <k>:l <owner> NX PX 30000` to claim, then `SET <k> <result> PX` to store the "+
 		"~80 B result. Do stores the same result as JSON. Replays cycle over %d pre-completed keys. Every client sets "+
 		"ContextTimeoutEnabled, as idem's README recommends (go-redis then returns by a context's deadline, and idem stores a "+
-		"result on the caller's goroutine), except the row marked go-redis defaults.", clients, replayKeys)
+		"result on the caller's goroutine), except the row marked go-redis defaults. idem's store batches the scripts of "+
+		"concurrent callers by default; the rows marked without batching send each as a command of its own.", clients, replayKeys)
 	if d == 0 {
 		s += " The minimal-Lua rows do the same with the smallest scripts that could (claim: SET NX lease + SET record; " +
 			"complete: SET + DEL; read: GET): the cost of any script-based design, without idem's record format and checks."
