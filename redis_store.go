@@ -121,9 +121,8 @@ func WithCompression(minSize int) RedisOption {
 // instead of per command); where they wait on round trips, the calls go
 // out at once, nearly as they would without batching. Measured against
 // plain calls at 1 to 64 concurrent callers, on loopback and over 500 µs
-// and 2 ms round trips, batching served 0.97× to 3× their operations, the
-// lower figures within the noise of the runs (docs/benchmarks.md,
-// "Batching by client count").
+// and 2 ms round trips, batching served 0.98× to 3× their operations
+// (medians of nine runs; docs/benchmarks.md, "Batching by client count").
 //
 // Claims, completions, releases and checkpoints ride the batches. Lease
 // renewals are always sent directly, so that a renewal never waits for
