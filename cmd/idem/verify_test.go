@@ -46,9 +46,11 @@ func TestVerifySoundServer(t *testing.T) {
 // memory pressure lets keys run again; verify counts the duplicate effects,
 // names eviction as their cause and exits 1.
 func TestVerifyEvictingServer(t *testing.T) {
+	// 3 s: enough operations to fill 2 MB and have records evicted, even
+	// on a loaded machine.
 	srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"))
 	code, out, errOut := cli(t, "verify", "-redis", "redis://"+srv.Addr(),
-		"-duration", "1500ms", "-keys", "2000", "-payload", "8192")
+		"-duration", "3s", "-keys", "2000", "-payload", "8192")
 	require.Equal(t, exitFail, code, out)
 	require.Regexp(t, `duplicates   [1-9]`, out)
 	require.Contains(t, out, "fault: eviction: the server evicted")
