@@ -183,6 +183,16 @@ func (g *Guard) claim(ctx context.Context, id string, req idemstore.ClaimRequest
 	return res, c.sent, g.endCall(&c, err)
 }
 
+// idAndToken returns the id of the operation o and a fresh owner token
+// (newToken), made in one allocation.
+func idAndToken(o op) (id, owner string) {
+	var out [idLen + tokenLen]byte
+	b := appendOperationID(out[:0], o.kind, o.scope, o.key)
+	b = appendToken(b)
+	s := string(b)
+	return s[:idLen], s[idLen:]
+}
+
 // outcomeOf names how an operation ended, from what exec returned: out and
 // the engine's error err (not fn's own), in ctx, the caller's context.
 func outcomeOf(ctx context.Context, out outcome, err error) Outcome {

@@ -96,13 +96,3 @@ func appendOperationID(b []byte, kind Kind, scope, key string) []byte {
 	sum := sha256.Sum256(h)
 	return base64.RawURLEncoding.AppendEncode(b, sum[:16])
 }
-
-// idAndToken returns the id of the operation o and a fresh owner token
-// (newToken), made in one allocation.
-func idAndToken(o op) (id, owner string) {
-	var out [idLen + tokenLen]byte
-	b := appendOperationID(out[:0], o.kind, o.scope, o.key)
-	b = appendToken(b)
-	s := string(b)
-	return s[:idLen], s[idLen:]
-}
