@@ -180,8 +180,8 @@ func runHTTP(ctx context.Context, e *env) error {
 	sec.pair(bareFresh, mwFresh)
 	sec.pair(bareReplay, mwReplay)
 	sec.pair(bareHammer, mwHammer)
-	e.rep.exactTarget("HTTP: round trips per fresh request", mwFresh.rtPerOp(), 2)
-	e.rep.exactTarget("HTTP: round trips per replay", mwReplay.rtPerOp(), 1)
+	e.rep.maxTarget("HTTP: round trips per fresh request (batched by default: shared round trips count as less)", mwFresh.rtPerOp(), 2, fmtF(mwFresh.rtPerOp(), 2), "≤ 2")
+	e.rep.maxTarget("HTTP: round trips per replay (batched by default: shared round trips count as less)", mwReplay.rtPerOp(), 1, fmtF(mwReplay.rtPerOp(), 2), "≤ 1")
 	e.rep.exactTarget("HTTP one key: handler runs per key", float64(ham.effects.Load())/float64(max(keysUsed, 1)), 1)
 	return nil
 }
