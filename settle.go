@@ -38,6 +38,9 @@ type settleWrite struct {
 	// tracked: a take-back gone on in the background, counted in the
 	// Guard's takingBack until it ends, for a repeat of the key to wait for.
 	tracked bool
+	// unclaim: a take-back on a store that is an idemstore.Unclaimer;
+	// without one it is a release.
+	unclaim bool
 }
 
 // do runs the write once on st.
@@ -46,8 +49,8 @@ func (w *settleWrite) do(ctx context.Context, st idemstore.Store) error {
 	case writeComplete:
 		return st.Complete(ctx, w.id, w.owner, w.payload, w.retention)
 	case writeTakeBack:
-		if u, ok := st.(idemstore.Unclaimer); ok {
-			return u.Unclaim(ctx, w.id, w.owner, w.lease)
+		if w.unclaim {
+			return st.(idemstore.Unclaimer).Unclaim(ctx, w.id, w.owner, w.lease)
 		}
 	}
 	return st.Release(ctx, w.id, w.owner)
@@ -130,7 +133,8 @@ func (g *Guard) release(ctx context.Context, id, owner string, until time.Time) 
 // way to the store is refused; with another store it is a release. It goes
 // on in the background until the store answers, or until.
 func (g *Guard) takeBack(ctx context.Context, id, owner string, until time.Time) {
-	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease}
+	_, unclaim := g.store.(idemstore.Unclaimer)
+	w := settleWrite{kind: writeTakeBack, id: id, owner: owner, lease: g.lease, unclaim: unclaim}
 	if err := g.settle(ctx, w, until); !errors.As(err, new(*pendingError)) {
 		g.settled(ctx, &w, err)
 	}
@@ -178,14 +182,16 @@ func (g *Guard) settle(ctx context.Context, w settleWrite, until time.Time) erro
 	return &pendingError{first: err}
 }
 
-// settledBy reports whether the write w, which returned err, is done: a
-// take-back once it succeeded (until then a copy of the claim may still
-// take the key), another write once the store answered.
+// settledBy reports whether the write w, which returned err, is done: an
+// Unclaim once it succeeded (until then a copy of the claim may still take
+// the key), another write, a release among them, once the store answered:
+// a release that finds no claim of its owner is as done as one that ended
+// it.
 func (w *settleWrite) settledBy(err error) bool {
 	switch {
 	case err == nil:
 		return true
-	case w.kind == writeTakeBack:
+	case w.unclaim:
 		return false
 	}
 	return classify(err) == callAnswered

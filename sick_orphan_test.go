@@ -8,13 +8,17 @@ package idem_test
 // through Do, Once and the middleware.
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemstore"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // TestOrphanedClaimReleased: a claim sent to a Redis that did not answer is
@@ -73,4 +77,38 @@ func retryServed(t *testing.T, e sickEntry, g *idem.Guard, key string) (sickOutc
 		require.True(t, time.Now().Before(deadline), "%s still refused %v after Redis answered: %v", key, sickRecovery, o.err)
 		time.Sleep(10 * time.Millisecond) // a client's pause between retries
 	}
+}
+
+// TestTakeBackWithoutUnclaimer: behind a store that cannot take a claim
+// back (a wrapper that passes on idemstore.Store's methods only), the claim
+// whose answer never came is released instead; a release the store answers
+// ends it, whatever it answers (no claim of that owner: nothing came). The
+// retry of the refused key then runs at once, rather than being refused
+// until the lease ends.
+func TestTakeBackWithoutUnclaimer(t *testing.T) {
+	st := &downStore{Store: idemtest.NewMemoryStore()}
+	g := idem.New(st, quiet)
+	st.down.Store(true)
+	_, err := idem.Do(context.Background(), g, "k", nil, okFn("charged"))
+	require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+	st.down.Store(false)
+
+	v, err := idem.Do(context.Background(), g, "k", nil, okFn("charged"))
+	require.NoError(t, err, "the retry runs once the store answers")
+	require.Equal(t, "charged", v)
+	require.NoError(t, g.Drain(context.Background()))
+}
+
+// downStore refuses every claim, as an unreachable Redis does, while down
+// is set. It has idemstore.Store's methods only.
+type downStore struct {
+	idemstore.Store
+	down atomic.Bool
+}
+
+func (s *downStore) Claim(ctx context.Context, id string, c idemstore.ClaimRequest) (idemstore.ClaimResult, error) {
+	if s.down.Load() {
+		return idemstore.ClaimResult{}, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	}
+	return s.Store.Claim(ctx, id, c)
 }

@@ -217,7 +217,11 @@ func TestHandlerStoreDownAndBusy(t *testing.T) {
 			_, err := invoke(context.Background(), fn, order)
 			done <- err
 		}()
-		<-c.started
+		select {
+		case <-c.started:
+		case err := <-done:
+			t.Fatalf("the delivery after the store came back was not run: %v", err)
+		}
 		_, err = invoke(context.Background(), idemlambda.Handler(newInstance(t, addr).guard, orderKey, c.charge), order)
 		require.ErrorIs(t, err, idem.ErrInProgress, "without WithWait a concurrent delivery is refused")
 		close(c.release)
