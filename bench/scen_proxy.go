@@ -136,8 +136,9 @@ func buildIdem(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// runProxy is scenario 14: idem proxy vs a plain httputil.ReverseProxy in
-// front of the same upstream, each a process of its own.
+// runProxy is scenario 14: idem proxy vs a plain httputil.ReverseProxy
+// and vs the floor proxy (floor_proxy.go), each a process of its own in
+// front of an upstream of its own.
 func runProxy(ctx context.Context, e *env) error {
 	clients := e.cfg.clients
 	dir, err := os.MkdirTemp("", "idem-bench-proxy-")
@@ -152,7 +153,7 @@ func runProxy(ctx context.Context, e *env) error {
 	}
 	// Each proxy has an upstream of its own, the bare handler, so that
 	// idem's upstream counts idem's executions only.
-	up, upIdem := newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody)
+	up, upFloor, upIdem := newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -162,6 +163,12 @@ func runProxy(ctx context.Context, e *env) error {
 	plain, err := startProxyProcess(e, plainCmd, false)
 	if err != nil {
 		return fmt.Errorf("plain proxy: %w", err)
+	}
+	floorCmd := exec.Command(self)
+	floorCmd.Env = append(os.Environ(), floorProxyEnv+"=127.0.0.1:0 "+upFloor.srv.URL+" "+e.redisAddr+" f-"+e.nonce)
+	floor, err := startProxyProcess(e, floorCmd, false)
+	if err != nil {
+		return fmt.Errorf("floor proxy: %w", err)
 	}
 	idemCmd := exec.Command(bin, "proxy", "-listen", "127.0.0.1:0", "-upstream", upIdem.srv.URL,
 		"-redis", "redis://"+e.redisAddr, "-prefix", "p-"+e.nonce, "-retention", "10m", "-scope-header", "X-Account")
@@ -199,6 +206,8 @@ func runProxy(ctx context.Context, e *env) error {
 	var sent atomic.Int64 // fresh requests answered through idem proxy
 	plainFresh := &variant{name: "httputil.ReverseProxy", clients: clients, srv: e.serverUsec,
 		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, plain.url, fresh.key(w, seq)) }}
+	floorFresh := &variant{name: "floor proxy (SET NX PX, then SET PX)", clients: clients, srv: e.serverUsec,
+		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, floor.url, fresh.key(w, seq)) }}
 	idemFresh := &variant{name: "idem proxy, fresh keys", clients: clients, srv: e.serverUsec,
 		op: func(ctx context.Context, w int, seq uint64) error {
 			err := post(ctx, withIdem.url, fresh.key(w, seq))
@@ -207,7 +216,7 @@ func runProxy(ctx context.Context, e *env) error {
 			}
 			return err
 		}}
-	if err := compare(ctx, e.cfg, "proxy fresh keys", plainFresh, idemFresh); err != nil {
+	if err := compare(ctx, e.cfg, "proxy fresh keys", plainFresh, floorFresh, idemFresh); err != nil {
 		return err
 	}
 	freshRuns := upIdem.effects.Load()
@@ -240,15 +249,20 @@ func runProxy(ctx context.Context, e *env) error {
 	replayRan := upIdem.effects.Load() - populated
 	sec := e.rep.section("14. idem proxy vs httputil.ReverseProxy",
 		fmt.Sprintf("%d clients (keep-alive `http.Client`) → a proxy process → the bare handler of section 2 (reads a 60 B JSON "+
-			"body, answers 201 with 200 B) on an `httptest.Server`, all on loopback. Both proxies run as processes of their own "+
-			"with the same transport settings: the baseline is a plain `httputil.ReverseProxy` (this binary re-executed), "+
+			"body, answers 201 with 200 B) on an `httptest.Server`, all on loopback. The proxies run as processes of their own "+
+			"with the same transport settings: the baseline is a plain `httputil.ReverseProxy` (this binary re-executed), the floor "+
+			"the same proxy claiming each keyed request with `SET NX PX` before sending it and storing status and body with `SET PX` "+
+			"after (go-redis defaults; no fingerprint, owner, fence, renewal or log: the least a proxy that runs each key once does), "+
 			"`idem proxy` is the built command with `-scope-header X-Account` and its JSON log line per request (to a pipe that "+
 			"is drained). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
 			"idem's upstream ran %d times for %d answered requests. Replays: %d pre-completed keys; idem's upstream ran %d times "+
 			"during the replay rounds (the baseline's runs its upstream every time).",
 			clients, freshRuns, sent.Load(), n, replayRan))
 	sec.pair(plainFresh, idemFresh)
+	sec.pair(floorFresh, idemFresh)
 	sec.pair(plainReplay, idemReplay)
+	e.rep.ratioTarget("idem proxy fresh / the floor proxy (§14)", "proxy fresh", idemFresh, floorFresh, 0.9)
+	e.rep.ratioTarget("idem proxy replays / httputil.ReverseProxy running the upstream (§14)", "proxy replay", idemReplay, plainReplay, 1.5)
 	e.rep.exactTarget("idem proxy: upstream runs per fresh request", float64(freshRuns)/float64(max(sent.Load(), 1)), 1)
 	e.rep.exactTarget("idem proxy: upstream runs during replays", float64(replayRan), 0)
 	return nil
