@@ -108,7 +108,7 @@ func encodeResult(v any, ferr error) ([]byte, error) {
 	case string:
 		return append([]byte{payloadString}, raw...), nil
 	}
-	e := jsonEncoders.Get().(*jsonEncoder)
+	e := jsonEncoders.get()
 	defer e.done()
 	e.buf.WriteByte(payloadValue)
 	if err := e.enc.Encode(v); err != nil {

@@ -9,7 +9,6 @@ import (
 	"hash"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/idemkit/idem/internal/canonjson"
 )
@@ -32,7 +31,7 @@ func hash128(b []byte) string {
 // requestFingerprint fingerprints req's canonical JSON: object keys sorted,
 // no insignificant whitespace, numbers as encoded.
 func requestFingerprint(req any) (string, error) {
-	e := jsonEncoders.Get().(*jsonEncoder)
+	e := jsonEncoders.get()
 	defer e.done()
 	if err := e.enc.Encode(req); err != nil {
 		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
@@ -57,7 +56,7 @@ type jsonEncoder struct {
 	enc *json.Encoder
 }
 
-var jsonEncoders = sync.Pool{New: func() any {
+var jsonEncoders = pool[*jsonEncoder]{fresh: func() *jsonEncoder {
 	e := new(jsonEncoder)
 	e.enc = json.NewEncoder(&e.buf)
 	return e
@@ -67,7 +66,7 @@ var jsonEncoders = sync.Pool{New: func() any {
 func (e *jsonEncoder) done() {
 	if e.buf.Cap() <= maxPooledBuffer {
 		e.buf.Reset()
-		jsonEncoders.Put(e)
+		jsonEncoders.put(e)
 	}
 }
 
@@ -88,14 +87,14 @@ func requestPrint(r *http.Request, path string, body []byte) string {
 			return fp
 		}
 	}
-	p := printers.Get().(*printer)
+	p := printers.get()
 	p.h.Reset()
 	p.head = appendRequestHead(p.head[:0], r, path, modeBytes)
 	p.h.Write(p.head)
 	p.h.Write(body)
 	fp := base64.RawURLEncoding.EncodeToString(p.h.Sum(p.sum[:0])[:16])
 	if cap(p.head) <= maxPooledBuffer {
-		printers.Put(p)
+		printers.put(p)
 	}
 	return fp
 }
@@ -108,7 +107,7 @@ type printer struct {
 	sum  [sha256.Size]byte
 }
 
-var printers = sync.Pool{New: func() any { return &printer{h: sha256.New()} }}
+var printers = pool[*printer]{fresh: func() *printer { return &printer{h: sha256.New()} }}
 
 // appendRequestHead appends the fingerprinted head of a request: method,
 // escaped path and raw query, each ended by a newline, and the body's mode.
@@ -125,7 +124,7 @@ func appendRequestHead(b []byte, r *http.Request, path string, mode byte) []byte
 // JSON document src, and reports false when src is not one it
 // canonicalises. head appends to its argument; size bounds the result.
 func canonicalPrint(src []byte, size int, head func([]byte) []byte) (string, bool) {
-	c := canonicalizers.Get().(*canonjson.Canonicalizer)
+	c := canonicalizers.get()
 	out, ok := c.Append(head(c.Buffer(size)), src)
 	var fp string
 	if ok {
@@ -133,13 +132,13 @@ func canonicalPrint(src []byte, size int, head func([]byte) []byte) (string, boo
 	}
 	c.Reset(out)
 	if c.Small(maxPooledBuffer) {
-		canonicalizers.Put(c)
+		canonicalizers.put(c)
 	}
 	return fp, ok
 }
 
 // canonicalizers are reused, buffers and all, up to maxPooledBuffer.
-var canonicalizers = sync.Pool{New: func() any { return new(canonjson.Canonicalizer) }}
+var canonicalizers = pool[*canonjson.Canonicalizer]{fresh: func() *canonjson.Canonicalizer { return new(canonjson.Canonicalizer) }}
 
 const maxPooledBuffer = 64 << 10
 

@@ -157,10 +157,10 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ob.end(OutcomeInvalidKey, nil)
 		return
 	}
-	bp := bodyBuffers.Get().(*[]byte)
+	bp := bodyBuffers.get()
 	body, fp, refused := m.readRequest(w, r, (*bp)[:0])
 	if refused != "" {
-		bodyBuffers.Put(bp)
+		bodyBuffers.put(bp)
 		ob.end(refused, nil)
 		return
 	}

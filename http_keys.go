@@ -85,7 +85,7 @@ const modeFunc byte = 'f'
 // header's key.
 func (h *idemHandler) serveKeyFunc(w http.ResponseWriter, r *http.Request) {
 	m := h.m
-	bp := bodyBuffers.Get().(*[]byte)
+	bp := bodyBuffers.get()
 	body, status := readBody(r, m.maxRequest, (*bp)[:0])
 	var (
 		key string
@@ -122,7 +122,7 @@ func (h *idemHandler) serveKeyFunc(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if refused != "" {
-		bodyBuffers.Put(bp)
+		bodyBuffers.put(bp)
 		ob.end(refused, nil)
 		return
 	}
@@ -168,7 +168,7 @@ func (m *middleware) customPrint(w http.ResponseWriter, r *http.Request, body []
 		writeProblem(w, &probFingerprintFailed, "The request could not be compared with others carrying its "+m.keyName+" ("+strings.TrimPrefix(err.Error(), "idem: ")+"). Nothing was done.")
 		return "", OutcomeInvalidKey
 	}
-	p := printers.Get().(*printer)
+	p := printers.get()
 	p.h.Reset()
 	p.head = append(p.head[:0], r.Method...)
 	p.head = append(p.head, '\n')
@@ -178,7 +178,7 @@ func (m *middleware) customPrint(w http.ResponseWriter, r *http.Request, body []
 	p.h.Write(b)
 	fp := base64.RawURLEncoding.EncodeToString(p.h.Sum(p.sum[:0])[:16])
 	if cap(p.head) <= maxPooledBuffer {
-		printers.Put(p)
+		printers.put(p)
 	}
 	return fp, ""
 }

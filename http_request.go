@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 )
 
@@ -76,7 +75,7 @@ const firstBodyRead = 512
 // A body goes back once no reader can reach its bytes: after the
 // fingerprint when the handler does not run, or once the handler has read
 // it to the end.
-var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+var bodyBuffers = pool[*[]byte]{fresh: func() *[]byte { return new([]byte) }}
 
 // putBody returns bp to bodyBuffers, keeping body's array if it is the
 // larger and not too large.
@@ -84,7 +83,7 @@ func putBody(bp *[]byte, body []byte) {
 	if cap(body) > cap(*bp) && cap(body) <= maxPooledBuffer {
 		*bp = body[:0]
 	}
-	bodyBuffers.Put(bp)
+	bodyBuffers.put(bp)
 }
 
 // bodyReader hands the body, read once by the middleware, to the handler.

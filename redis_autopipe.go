@@ -53,8 +53,8 @@ type pipeCall struct {
 }
 
 var (
-	pipeCalls = sync.Pool{New: func() any { return &pipeCall{done: make(chan struct{}, 1)} }}
-	batches   = sync.Pool{New: func() any { return new(batch) }}
+	pipeCalls = pool[*pipeCall]{fresh: func() *pipeCall { return &pipeCall{done: make(chan struct{}, 1)} }}
+	batches   = pool[*batch]{fresh: func() *batch { return new(batch) }}
 )
 
 // newPipeline returns the pipeline of c.
@@ -87,7 +87,7 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 	if err := ctx.Err(); err != nil {
 		return failedCmd(ctx, err), true
 	}
-	pc := pipeCalls.Get().(*pipeCall)
+	pc := pipeCalls.get()
 	pc.cmd = cmd
 	pl.mu.Lock()
 	if b := pl.open; b != nil {
@@ -95,7 +95,7 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 		pl.mu.Unlock()
 		return pl.wait(ctx, pc)
 	}
-	b := batches.Get().(*batch)
+	b := batches.get()
 	b.calls = append(b.calls, pc)
 	pl.open = b
 	pl.mu.Unlock()
@@ -109,9 +109,9 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 		// Alone: sent as without batching, bounded by ctx.
 		b.calls[0] = nil
 		b.calls = b.calls[:0]
-		batches.Put(b)
+		batches.put(b)
 		pc.cmd = nil
-		pipeCalls.Put(pc)
+		pipeCalls.put(pc)
 		_ = c.Process(ctx, cmd)
 		return cmd, false
 	}
@@ -126,7 +126,7 @@ func (pl *pipeline) wait(ctx context.Context, pc *pipeCall) (out *redis.Cmd, aba
 	case <-pc.done:
 		cmd := pc.cmd
 		pc.cmd = nil
-		pipeCalls.Put(pc)
+		pipeCalls.put(pc)
 		return cmd, false
 	case <-ctx.Done():
 		// The batch still signals pc.done, which is left to the collector.
@@ -155,7 +155,7 @@ func (pl *pipeline) exec(b *batch) {
 		}
 		clear(b.calls)
 		b.calls = b.calls[:0]
-		batches.Put(b)
+		batches.put(b)
 	}()
 	ctx := context.Background()
 	p := pl.c.Pipeline()

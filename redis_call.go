@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"strconv"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -49,7 +48,7 @@ type scriptCall struct {
 }
 
 // scriptCalls are the calls handed back by done.
-var scriptCalls = sync.Pool{New: func() any { return new(scriptCall) }}
+var scriptCalls = pool[*scriptCall]{fresh: func() *scriptCall { return new(scriptCall) }}
 
 // callText is a key or a text argument of a scriptCall.
 type callText struct{ b []byte }
@@ -64,7 +63,7 @@ func (t *callText) String() string { return string(t.b) }
 // call starts a run of script on the operation id, with its record key, its
 // lease key, or both (in that order) as the script's keys.
 func (s *RedisStore) call(script *luaScript, id string, record, lease bool) *scriptCall {
-	c := scriptCalls.Get().(*scriptCall)
+	c := scriptCalls.get()
 	c.script, c.n, c.nt, c.running = script, 3, 0, false
 	c.b = c.buf[:0]
 	c.argv[0], c.argv[1] = "evalsha", script.sha
@@ -144,7 +143,7 @@ func (c *scriptCall) done() {
 	if cap(c.b) > len(c.buf) {
 		c.b = nil // outgrown: not kept
 	}
-	scriptCalls.Put(c)
+	scriptCalls.put(c)
 }
 
 // firstKey returns the first key of the call.

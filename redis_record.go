@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -201,7 +200,7 @@ const (
 	formatDeflate = "z"
 )
 
-var deflaters = sync.Pool{New: func() any {
+var deflaters = pool[*flate.Writer]{fresh: func() *flate.Writer {
 	w, _ := flate.NewWriter(nil, flate.BestSpeed)
 	return w
 }}

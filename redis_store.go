@@ -2,7 +2,6 @@ package idem
 
 import (
 	"bytes"
-	"compress/flate"
 	"context"
 	_ "embed"
 	"errors"
@@ -172,7 +171,7 @@ func WithStoreLogger(l *slog.Logger) RedisOption {
 // idemclient.NewTransport do; durations and sizes are clamped as each option
 // says.
 func NewRedisStore(c redis.UniversalClient, opts ...RedisOption) *RedisStore {
-	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: unusable(c), health: newStoreHealth(), autoPipe: true}
+	s := &RedisStore{c: c, prefix: "idem", compressAbove: 1024, log: slog.Default(), bad: clientProblem(c), health: newStoreHealth(), autoPipe: true}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -229,8 +228,8 @@ func (s *RedisStore) ReturnsByDeadline() bool {
 	return false
 }
 
-// unusable reports why the store cannot work with c, or nil.
-func unusable(c redis.UniversalClient) error {
+// clientProblem reports why the store cannot work with c, or nil.
+func clientProblem(c redis.UniversalClient) error {
 	switch c := c.(type) {
 	case nil:
 		return errors.New("idem: NewRedisStore needs a Redis client, got nil")
@@ -460,8 +459,8 @@ func (s *RedisStore) encodePayload(p []byte) (format string, stored []byte) {
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(p) / 2)
-	w := deflaters.Get().(*flate.Writer)
-	defer deflaters.Put(w)
+	w := deflaters.get()
+	defer deflaters.put(w)
 	w.Reset(&buf)
 	if _, err := w.Write(p); err != nil || w.Close() != nil || buf.Len() >= len(p) {
 		return formatRaw, p

@@ -15,22 +15,22 @@ func decodeValue[T any](data []byte) (v T, ok bool) {
 	t := reflect.TypeFor[T]()
 	pl, found := decodeTargets.Load(t)
 	if !found {
-		pl, _ = decodeTargets.LoadOrStore(t, &sync.Pool{New: func() any { return new(T) }})
+		pl, _ = decodeTargets.LoadOrStore(t, &pool[*T]{fresh: func() *T { return new(T) }})
 	}
-	pool := pl.(*sync.Pool)
-	p := pool.Get().(*T)
+	kept := pl.(*pool[*T])
+	p := kept.get()
 	ok = decodeJSON(data, p)
 	if ok {
 		v = *p
 	}
 	var zero T
 	*p = zero // holds nothing of a result once back in the pool
-	pool.Put(p)
+	kept.put(p)
 	return v, ok
 }
 
 // decodeTargets are the pools of decodeValue, by result type.
-var decodeTargets sync.Map // reflect.Type → *sync.Pool of *T
+var decodeTargets sync.Map // reflect.Type → *pool[*T]
 
 // jsonDecoder decodes stored results, reused across replays: json.Unmarshal
 // makes a decoder's state (and the state of the error it would report) on
@@ -41,7 +41,7 @@ type jsonDecoder struct {
 	dec *json.Decoder
 }
 
-var jsonDecoders = sync.Pool{New: func() any {
+var jsonDecoders = pool[*jsonDecoder]{fresh: func() *jsonDecoder {
 	d := new(jsonDecoder)
 	d.dec = json.NewDecoder(&d.r)
 	return d
@@ -57,7 +57,7 @@ func decodeJSON(data []byte, v any) bool {
 	if len(data) == 0 || space(data[0]) || space(data[len(data)-1]) {
 		return false
 	}
-	d := jsonDecoders.Get().(*jsonDecoder)
+	d := jsonDecoders.get()
 	d.r.Reset(data)
 	start := d.dec.InputOffset()
 	err := d.dec.Decode(v)
@@ -66,7 +66,7 @@ func decodeJSON(data []byte, v any) bool {
 	ok := err == nil && d.dec.InputOffset()-start == int64(len(data)) && d.r.Len() == 0
 	d.r.Reset(nil)
 	if ok && len(data) <= maxPooledBuffer {
-		jsonDecoders.Put(d)
+		jsonDecoders.put(d)
 	}
 	return ok
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem/idemstore"
@@ -57,7 +56,7 @@ func (s *sealedStore) Unclaim(ctx context.Context, id, owner string, lease time.
 // fingerprintKey keys fingerprints under one key id.
 type fingerprintKey struct {
 	id   string
-	macs sync.Pool // of hash.Hash: HMAC-SHA-256 under the key's secret
+	macs pool[hash.Hash] // HMAC-SHA-256 under the key's secret
 }
 
 // newSealedStore returns st sealed by s, logging to log; a release it makes
@@ -94,7 +93,7 @@ func newSealedStore(st idemstore.Store, s Sealer, log *slog.Logger, releaseTimeo
 			return ss
 		}
 		k := &fingerprintKey{id: id}
-		k.macs.New = func() any { return hmac.New(sha256.New, secret) }
+		k.macs.fresh = func() hash.Hash { return hmac.New(sha256.New, secret) }
 		ss.fkeys = append(ss.fkeys, k)
 	}
 	return ss
@@ -103,14 +102,14 @@ func newSealedStore(st idemstore.Store, s Sealer, log *slog.Logger, releaseTimeo
 // keyed returns fp keyed under k: KEYID.MAC, MAC the first 128 bits of
 // HMAC-SHA-256(secret, fp), base64url encoded.
 func (k *fingerprintKey) keyed(fp string) string {
-	mac := k.macs.Get().(hash.Hash)
+	mac := k.macs.get()
 	mac.Reset()
 	mac.Write([]byte(fp))
 	var sum [sha256.Size]byte
 	out := make([]byte, 0, len(k.id)+1+base64.RawURLEncoding.EncodedLen(16))
 	out = append(append(out, k.id...), '.')
 	out = base64.RawURLEncoding.AppendEncode(out, mac.Sum(sum[:0])[:16])
-	k.macs.Put(mac)
+	k.macs.put(mac)
 	return string(out)
 }
 

@@ -32,7 +32,7 @@ func loadAPI(fset *token.FileSet, dir string) (*api, error) {
 	cfg := &packages.Config{
 		Mode:       packages.NeedName | packages.NeedTypes | packages.NeedModule,
 		Dir:        dir,
-		Env:        append(os.Environ(), "GOWORK=off", "GOFLAGS=-trimpath"),
+		Env:        append(os.Environ(), "GOWORK=off", goflags("-trimpath")),
 		Fset:       fset,
 		BuildFlags: []string{"-trimpath"},
 	}

@@ -42,6 +42,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/mod/modfile"
@@ -368,4 +369,18 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("%s is not inside the idem repository", dir)
 		}
 	}
+}
+
+// goflags returns the GOFLAGS setting of the go commands the tool runs:
+// the environment's GOFLAGS with flags added. A GOFLAGS of "-race
+// -trimpath", as CI sets it, has them build packages as the tests built
+// them, so that they come from the build cache.
+func goflags(flags ...string) string {
+	all := strings.Fields(os.Getenv("GOFLAGS"))
+	for _, f := range flags {
+		if !slices.Contains(all, f) {
+			all = append(all, f)
+		}
+	}
+	return "GOFLAGS=" + strings.Join(all, " ")
 }

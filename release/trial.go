@@ -57,7 +57,7 @@ func newTrial(ctx context.Context, dir, version string, offline bool, log io.Wri
 		"GOMODCACHE="+filepath.Join(dir, "gopath", "pkg", "mod"),
 		"GOPROXY="+proxy,
 		"GOSUMDB=off", // the proxy's modules are not in the checksum database yet
-		"GOFLAGS=-mod=mod -trimpath",
+		goflags("-mod=mod", "-trimpath"),
 		"GOWORK=off",
 		"GOBIN="+filepath.Join(dir, "bin"),
 	)
