@@ -153,7 +153,8 @@ func runProxy(ctx context.Context, e *env) error {
 	}
 	// Each proxy has an upstream of its own, the bare handler, so that
 	// idem's upstream counts idem's executions only.
-	up, upFloor, upIdem := newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody)
+	up, upFloor := newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody)
+	upIdem, upQuiet := newHTTPTarget(e, nil, httpRespBody), newHTTPTarget(e, nil, httpRespBody)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -175,6 +176,12 @@ func runProxy(ctx context.Context, e *env) error {
 	withIdem, err := startProxyProcess(e, idemCmd, true)
 	if err != nil {
 		return fmt.Errorf("idem proxy: %w", err)
+	}
+	quietCmd := exec.Command(bin, "proxy", "-listen", "127.0.0.1:0", "-upstream", upQuiet.srv.URL,
+		"-redis", "redis://"+e.redisAddr, "-prefix", "q-"+e.nonce, "-retention", "10m", "-scope-header", "X-Account", "-log-requests=false")
+	quiet, err := startProxyProcess(e, quietCmd, true)
+	if err != nil {
+		return fmt.Errorf("idem proxy -log-requests=false: %w", err)
 	}
 	client := &http.Client{
 		Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute},
@@ -216,10 +223,19 @@ func runProxy(ctx context.Context, e *env) error {
 			}
 			return err
 		}}
-	if err := compare(ctx, e.cfg, "proxy fresh keys", plainFresh, floorFresh, idemFresh); err != nil {
+	var sentQuiet atomic.Int64
+	quietFresh := &variant{name: "idem proxy -log-requests=false, fresh keys", clients: clients, srv: e.serverUsec,
+		op: func(ctx context.Context, w int, seq uint64) error {
+			err := post(ctx, quiet.url, fresh.key(w, seq))
+			if err == nil {
+				sentQuiet.Add(1)
+			}
+			return err
+		}}
+	if err := compare(ctx, e.cfg, "proxy fresh keys", plainFresh, floorFresh, idemFresh, quietFresh); err != nil {
 		return err
 	}
-	freshRuns := upIdem.effects.Load()
+	freshRuns, quietRuns := upIdem.effects.Load(), upQuiet.effects.Load()
 
 	n := e.cfg.replayKeys
 	keys := make([]string, n)
@@ -254,16 +270,19 @@ func runProxy(ctx context.Context, e *env) error {
 			"the same proxy claiming each keyed request with `SET NX PX` before sending it and storing status and body with `SET PX` "+
 			"after (go-redis defaults; no fingerprint, owner, fence, renewal or log: the least a proxy that runs each key once does), "+
 			"`idem proxy` is the built command with `-scope-header X-Account` and its JSON log line per request (to a pipe that "+
-			"is drained). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
+			"is drained), and again with `-log-requests=false` (a line for failed requests only). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
 			"idem's upstream ran %d times for %d answered requests. Replays: %d pre-completed keys; idem's upstream ran %d times "+
 			"during the replay rounds (the baseline's runs its upstream every time).",
 			clients, freshRuns, sent.Load(), n, replayRan))
 	sec.pair(plainFresh, idemFresh)
 	sec.pair(floorFresh, idemFresh)
+	sec.pair(floorFresh, quietFresh)
 	sec.pair(plainReplay, idemReplay)
 	e.rep.ratioTarget("idem proxy fresh / the floor proxy (§14)", "proxy fresh", idemFresh, floorFresh, 0.9)
+	e.rep.ratioTarget("idem proxy -log-requests=false fresh / the floor proxy (§14)", "proxy quiet fresh", quietFresh, floorFresh, 0.9)
 	e.rep.ratioTarget("idem proxy replays / httputil.ReverseProxy running the upstream (§14)", "proxy replay", idemReplay, plainReplay, 1.5)
 	e.rep.exactTarget("idem proxy: upstream runs per fresh request", float64(freshRuns)/float64(max(sent.Load(), 1)), 1)
+	e.rep.exactTarget("idem proxy -log-requests=false: upstream runs per fresh request", float64(quietRuns)/float64(max(sentQuiet.Load(), 1)), 1)
 	e.rep.exactTarget("idem proxy: upstream runs during replays", float64(replayRan), 0)
 	return nil
 }

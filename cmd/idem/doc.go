@@ -7,7 +7,7 @@
 //	idem scan    -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-sample N] [-json]
 //	idem check   -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-strict]
 //	idem verify  -redis URL [-cacert FILE] [-timeout D] [-prefix P] [-duration 30s] [-workers 16] [-keys N] [-payload BYTES] [-rate N] [-replica-ack N] [-json]
-//	idem proxy   -listen ADDR -upstream URL -redis URL [-cacert FILE] [-prefix P] [-methods POST,PATCH] [-key-header NAME | -key-json POINTER] [-fingerprint-json POINTERS] [-require-key] [-scope-header NAME] [-wait D] [-lease D] [-retention D] [-max-body N] [-max-response N] [-store-5xx] [-upstream-timeout D] [-upstream-cacert FILE] [-admin ADDR] [-shutdown-timeout D] [-store-timeout D]
+//	idem proxy   -listen ADDR -upstream URL -redis URL [-cacert FILE] [-prefix P] [-methods POST,PATCH] [-key-header NAME | -key-json POINTER] [-fingerprint-json POINTERS] [-require-key] [-scope-header NAME] [-wait D] [-lease D] [-retention D] [-max-body N] [-max-response N] [-store-5xx] [-upstream-timeout D] [-upstream-cacert FILE] [-admin ADDR] [-shutdown-timeout D] [-store-timeout D] [-log-requests=false]
 //	idem version
 //
 // inspect shows one operation: its state (absent, in_progress, completed),

@@ -37,6 +37,7 @@ type proxyFlags struct {
 	upstreamCACert          string
 	shutdownTimeout         time.Duration
 	storeTimeout            time.Duration
+	logRequests             bool
 }
 
 func registerProxyFlags(fs *flag.FlagSet) *proxyFlags {
@@ -61,6 +62,7 @@ func registerProxyFlags(fs *flag.FlagSet) *proxyFlags {
 	fs.DurationVar(&p.upstreamTimeout, "upstream-timeout", time.Minute, "how long, `D`, to wait for the upstream's response headers (then 504, the outcome unknown)")
 	fs.StringVar(&p.upstreamCACert, "upstream-cacert", "", "PEM `FILE` of the CA that signed an https upstream's certificate (default: the system's CAs)")
 	fs.DurationVar(&p.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long, `D`, in-flight requests may take to finish")
+	fs.BoolVar(&p.logRequests, "log-requests", true, "write a log line for every request; false: only for requests that failed (the upstream unreachable or cut off, a response aborted), the metrics count the rest")
 	fs.DurationVar(&p.storeTimeout, "store-timeout", time.Second, "the store budget, `D`: how long a request waits for any one Redis call (then 503, the upstream not called); while calls keep failing, keyed requests are refused at once (idem.WithStoreTimeout)")
 	return p
 }

@@ -39,7 +39,7 @@ func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *id
 		}
 	}()
 	mw := g.Middleware(p.httpOptions(methods)...)
-	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log, cut))), log: log}, nil
+	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log, cut))), log: log, all: p.logRequests}, nil
 }
 
 // observers tells each of its Observers of every operation, in order.

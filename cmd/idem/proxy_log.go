@@ -37,10 +37,12 @@ func (decisionObserver) End(ctx context.Context, e idem.Event) {
 	}
 }
 
-// logged logs one line per request: what was decided and answered.
+// logged logs one line per request, what was decided and answered: for
+// every request, or (all false) for those that failed only.
 type logged struct {
 	next http.Handler
 	log  *slog.Logger
+	all  bool
 }
 
 func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,6 +54,10 @@ func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A response aborted (http.ErrAbortHandler) is logged, then
 		// aborted as before.
 		aborted := recover()
+		failed := d.failure != nil || aborted != nil
+		if !l.all && !failed {
+			return
+		}
 		attrs := []slog.Attr{
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status()), slog.Duration("duration", time.Since(start)),
@@ -68,7 +74,7 @@ func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				attrs = append(attrs, slog.Duration("wait", e.Wait))
 			}
 		}
-		if d.failure != nil || aborted != nil {
+		if failed {
 			level = slog.LevelWarn
 		}
 		if f := d.failure; f != nil {

@@ -180,7 +180,7 @@ func TestProxyHelp(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	for _, f := range []string{"listen", "upstream", "redis", "cacert", "timeout", "prefix", "methods", "key-header", "key-json",
 		"fingerprint-json", "require-key", "scope-header", "wait", "lease", "retention", "max-body", "max-response", "store-5xx",
-		"upstream-timeout", "upstream-cacert", "admin", "shutdown-timeout", "store-timeout"} {
+		"upstream-timeout", "upstream-cacert", "admin", "shutdown-timeout", "store-timeout", "log-requests"} {
 		require.Regexp(t, `\n  -`+f+`[ \n]`, errOut, f)
 	}
 }
@@ -197,4 +197,23 @@ func TestProxyCluster(t *testing.T) {
 	require.Equal(t, "true", b.header.Get("Idempotent-Replayed"))
 	require.Equal(t, a.body, b.body)
 	require.EqualValues(t, 1, u.runs.Load())
+}
+
+// TestProxyLogFailuresOnly: with -log-requests=false, requests that were
+// answered have no log line, a request whose upstream could not be reached
+// has its WARN line, and the start is logged as always.
+func TestProxyLogFailuresOnly(t *testing.T) {
+	u := newCounting(t, nil)
+	p := startProxy(t, proxyArgs(t, u.srv.URL, "-log-requests=false", "-scope-header", "X-Account")...)
+	for range 2 {
+		require.Equal(t, http.StatusCreated, send(t, http.MethodPost, p.url+"/orders", `{}`, "Idempotency-Key", "k1", "X-Account", "a").status)
+	}
+	require.Equal(t, http.StatusCreated, send(t, http.MethodGet, p.url+"/orders/1", "").status)
+
+	refused := startProxy(t, proxyArgs(t, "http://"+closedAddr(t), "-log-requests=false", "-scope-header", "X-Account")...)
+	require.Equal(t, http.StatusBadGateway, send(t, http.MethodPost, refused.url+"/orders", `{}`, "Idempotency-Key", "k2", "X-Account", "a").status)
+
+	require.NotNil(t, p.logs.find(map[string]any{"event": "start"}))
+	require.Nil(t, p.logs.find(map[string]any{"msg": "request"}), "no line for the requests answered: %s", p.logs)
+	require.NotNil(t, refused.logs.find(map[string]any{"msg": "request", "level": "WARN", "upstream": "failed", "sent": false}), "%s", refused.logs)
 }
