@@ -259,10 +259,24 @@ func runProxy(ctx context.Context, e *env) error {
 			}
 			return err
 		}}
-	if err := compare(ctx, e.cfg, "proxy replays", plainReplay, idemReplay); err != nil {
+	var populatedQuiet int64
+	quietReplay := &variant{name: "idem proxy -log-requests=false, replays", clients: clients, srv: e.serverUsec,
+		setup: func(ctx context.Context) error {
+			err := populate(ctx, n, func(ctx context.Context, i int) error { return post(ctx, quiet.url, keys[i]) })
+			populatedQuiet = upQuiet.effects.Load()
+			return err
+		},
+		op: func(ctx context.Context, w int, seq uint64) error {
+			err := post(ctx, quiet.url, pick(w, seq))
+			if err == nil && upQuiet.effects.Load() != populatedQuiet {
+				err = errors.New("a replay ran the upstream")
+			}
+			return err
+		}}
+	if err := compare(ctx, e.cfg, "proxy replays", plainReplay, idemReplay, quietReplay); err != nil {
 		return err
 	}
-	replayRan := upIdem.effects.Load() - populated
+	replayRan := upIdem.effects.Load() - populated + upQuiet.effects.Load() - populatedQuiet
 	sec := e.rep.section("14. idem proxy vs httputil.ReverseProxy",
 		fmt.Sprintf("%d clients (keep-alive `http.Client`) → a proxy process → the bare handler of section 2 (reads a 60 B JSON "+
 			"body, answers 201 with 200 B) on an `httptest.Server`, all on loopback. The proxies run as processes of their own "+
@@ -271,16 +285,18 @@ func runProxy(ctx context.Context, e *env) error {
 			"after (go-redis defaults; no fingerprint, owner, fence, renewal or log: the least a proxy that runs each key once does), "+
 			"`idem proxy` is the built command with `-scope-header X-Account` and its JSON log line per request (to a pipe that "+
 			"is drained), and again with `-log-requests=false` (a line for failed requests only). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
-			"idem's upstream ran %d times for %d answered requests. Replays: %d pre-completed keys; idem's upstream ran %d times "+
+			"idem's upstream ran %d times for %d answered requests. Replays: %d pre-completed keys in each idem proxy; their upstreams ran %d times "+
 			"during the replay rounds (the baseline's runs its upstream every time).",
 			clients, freshRuns, sent.Load(), n, replayRan))
 	sec.pair(plainFresh, idemFresh)
 	sec.pair(floorFresh, idemFresh)
 	sec.pair(floorFresh, quietFresh)
 	sec.pair(plainReplay, idemReplay)
+	sec.pair(plainReplay, quietReplay)
 	e.rep.ratioTarget("idem proxy fresh / the floor proxy (§14)", "proxy fresh", idemFresh, floorFresh, 0.9)
 	e.rep.ratioTarget("idem proxy -log-requests=false fresh / the floor proxy (§14)", "proxy quiet fresh", quietFresh, floorFresh, 0.9)
 	e.rep.ratioTarget("idem proxy replays / httputil.ReverseProxy running the upstream (§14)", "proxy replay", idemReplay, plainReplay, 1.5)
+	e.rep.ratioTarget("idem proxy -log-requests=false replays / httputil.ReverseProxy running the upstream (§14)", "proxy quiet replay", quietReplay, plainReplay, 1.5)
 	e.rep.exactTarget("idem proxy: upstream runs per fresh request", float64(freshRuns)/float64(max(sent.Load(), 1)), 1)
 	e.rep.exactTarget("idem proxy -log-requests=false: upstream runs per fresh request", float64(quietRuns)/float64(max(sentQuiet.Load(), 1)), 1)
 	e.rep.exactTarget("idem proxy: upstream runs during replays", float64(replayRan), 0)
