@@ -5,10 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -25,12 +22,6 @@ import (
 // no fence, no renewal, no replay of headers, no log.
 const floorProxyEnv = "IDEM_BENCH_FLOOR_PROXY"
 
-func init() {
-	if v := os.Getenv(floorProxyEnv); v != "" {
-		os.Exit(serveFloorProxy(v))
-	}
-}
-
 // floorKey carries a request's Redis key from the handler to
 // ModifyResponse.
 type floorKey struct{}
@@ -42,35 +33,26 @@ func serveFloorProxy(spec string) int {
 		fmt.Fprintln(os.Stderr, floorProxyEnv+": want LISTEN UPSTREAM REDIS-ADDR PREFIX")
 		return 2
 	}
-	u, err := url.Parse(f[1])
+	rp, err := reverseProxy(f[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: f[2]})
 	prefix := f[3] + ":"
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns, t.MaxIdleConnsPerHost, t.Proxy = 1024, 1024, nil
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
-			pr.SetXForwarded()
-		},
-		Transport: t,
-		ModifyResponse: func(resp *http.Response) error {
-			key, ok := resp.Request.Context().Value(floorKey{}).(string)
-			if !ok {
-				return nil
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-			rec := strconv.Itoa(resp.StatusCode) + " " + string(body)
-			return rdb.Set(resp.Request.Context(), key, rec, 10*time.Minute).Err()
-		},
+	rp.ModifyResponse = func(resp *http.Response) error {
+		key, ok := resp.Request.Context().Value(floorKey{}).(string)
+		if !ok {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		rec := strconv.Itoa(resp.StatusCode) + " " + string(body)
+		return rdb.Set(resp.Request.Context(), key, rec, 10*time.Minute).Err()
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := r.Header.Get("Idempotency-Key")
@@ -89,13 +71,7 @@ func serveFloorProxy(spec string) int {
 			floorReplay(w, r, rdb, key)
 		}
 	})
-	ln, err := net.Listen("tcp", f[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println("listening " + ln.Addr().String())
-	return func() int { _ = http.Serve(ln, h); return 1 }()
+	return serveUntilKilled(f[0], h)
 }
 
 // floorReplay answers a key the floor proxy has seen: the stored answer,

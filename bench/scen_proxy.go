@@ -24,9 +24,14 @@ import (
 // its own as idem proxy is.
 const plainProxyEnv = "IDEM_BENCH_PLAIN_PROXY"
 
+// init serves a proxy of scenario 14 instead of running the benchmark when
+// this binary is re-executed as one.
 func init() {
 	if v := os.Getenv(plainProxyEnv); v != "" {
 		os.Exit(servePlainProxy(v))
+	}
+	if v := os.Getenv(floorProxyEnv); v != "" {
+		os.Exit(serveFloorProxy(v))
 	}
 }
 
@@ -34,24 +39,40 @@ func init() {
 // of idem proxy, until killed.
 func servePlainProxy(spec string) int {
 	listen, upstream, _ := strings.Cut(spec, " ")
-	u, err := url.Parse(upstream)
+	rp, err := reverseProxy(upstream)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	return serveUntilKilled(listen, rp)
+}
+
+// reverseProxy returns an httputil.ReverseProxy to upstream with the
+// transport settings of idem proxy.
+func reverseProxy(upstream string) (*httputil.ReverseProxy, error) {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return nil, err
+	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost, t.Proxy = 1024, 1024, nil
-	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+	return &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(u)
 		pr.SetXForwarded()
-	}, Transport: t}
+	}, Transport: t}, nil
+}
+
+// serveUntilKilled serves h on listen, printing the address it listens
+// on, and returns an exit status only if it cannot serve.
+func serveUntilKilled(listen string, h http.Handler) int {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	fmt.Println("listening " + ln.Addr().String())
-	return func() int { _ = http.Serve(ln, rp); return 1 }()
+	_ = http.Serve(ln, h)
+	return 1
 }
 
 // proxyProcess is a proxy running as a child process.
@@ -243,40 +264,33 @@ func runProxy(ctx context.Context, e *env) error {
 		keys[i] = "pr-" + e.nonce + "-" + strconv.Itoa(i)
 	}
 	pick := func(w int, seq uint64) string { return keys[(uint64(w)*7919+seq)%uint64(n)] }
-	var populated int64
 	plainReplay := &variant{name: "httputil.ReverseProxy", clients: clients, srv: e.serverUsec,
 		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, plain.url, pick(w, seq)) }}
-	idemReplay := &variant{name: "idem proxy, replays", clients: clients, srv: e.serverUsec,
-		setup: func(ctx context.Context) error {
-			err := populate(ctx, n, func(ctx context.Context, i int) error { return post(ctx, withIdem.url, keys[i]) })
-			populated = upIdem.effects.Load()
-			return err
-		},
-		op: func(ctx context.Context, w int, seq uint64) error {
-			err := post(ctx, withIdem.url, pick(w, seq))
-			if err == nil && upIdem.effects.Load() != populated {
-				err = errors.New("a replay ran the upstream")
-			}
-			return err
-		}}
-	var populatedQuiet int64
-	quietReplay := &variant{name: "idem proxy -log-requests=false, replays", clients: clients, srv: e.serverUsec,
-		setup: func(ctx context.Context) error {
-			err := populate(ctx, n, func(ctx context.Context, i int) error { return post(ctx, quiet.url, keys[i]) })
-			populatedQuiet = upQuiet.effects.Load()
-			return err
-		},
-		op: func(ctx context.Context, w int, seq uint64) error {
-			err := post(ctx, quiet.url, pick(w, seq))
-			if err == nil && upQuiet.effects.Load() != populatedQuiet {
-				err = errors.New("a replay ran the upstream")
-			}
-			return err
-		}}
+	// replays returns the variant that replays the keys through the idem
+	// proxy at base, whose upstream is up, and the count of the upstream's
+	// runs since the keys were stored.
+	replays := func(name, base string, up *httpTarget) (*variant, func() int64) {
+		var populated int64
+		return &variant{name: name, clients: clients, srv: e.serverUsec,
+			setup: func(ctx context.Context) error {
+				err := populate(ctx, n, func(ctx context.Context, i int) error { return post(ctx, base, keys[i]) })
+				populated = up.effects.Load()
+				return err
+			},
+			op: func(ctx context.Context, w int, seq uint64) error {
+				err := post(ctx, base, pick(w, seq))
+				if err == nil && up.effects.Load() != populated {
+					err = errors.New("a replay ran the upstream")
+				}
+				return err
+			}}, func() int64 { return up.effects.Load() - populated }
+	}
+	idemReplay, idemRan := replays("idem proxy, replays", withIdem.url, upIdem)
+	quietReplay, quietRan := replays("idem proxy -log-requests=false, replays", quiet.url, upQuiet)
 	if err := compare(ctx, e.cfg, "proxy replays", plainReplay, idemReplay, quietReplay); err != nil {
 		return err
 	}
-	replayRan := upIdem.effects.Load() - populated + upQuiet.effects.Load() - populatedQuiet
+	replayRan := idemRan() + quietRan()
 	sec := e.rep.section("14. idem proxy vs httputil.ReverseProxy",
 		fmt.Sprintf("%d clients (keep-alive `http.Client`) → a proxy process → the bare handler of section 2 (reads a 60 B JSON "+
 			"body, answers 201 with 200 B) on an `httptest.Server`, all on loopback. The proxies run as processes of their own "+
