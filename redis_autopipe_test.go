@@ -193,24 +193,7 @@ func TestAutoPipelineBatches(t *testing.T) {
 	spy := &batchSpy{}
 	c.AddHook(spy)
 	g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()), quietLog)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for w := range 64 {
-		wg.Go(func() {
-			for i := range 20 {
-				if _, err := Do(ctx, g, fmt.Sprint(w, "-", i), nil, func(context.Context, *Attempt) (int, error) { return i, nil }); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	doFreshKeys(t, g, 64, 20)
 	require.Greater(t, spy.largest.Load(), int32(1), "the largest batch")
 	t.Logf("largest batch %d, at most %d batches on the wire at once", spy.largest.Load(), spy.maxOnWire.Load())
 }
@@ -315,4 +298,28 @@ func TestAutoPipelineDeadline(t *testing.T) {
 	res, err := s.Claim(ctx, "k", idemstore.ClaimRequest{Owner: "o2", Lease: time.Second, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, idemstore.ClaimBusy, res.Status, "the abandoned claim still ran")
+}
+
+// doFreshKeys runs Do on g from workers goroutines at once, each with each
+// keys of its own, and fails t on any error.
+func doFreshKeys(t *testing.T, g *Guard, workers, each int) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := Do(ctx, g, fmt.Sprint(w, "-", i), nil, func(context.Context, *Attempt) (int, error) { return i, nil }); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }

@@ -117,24 +117,7 @@ func TestAutoPipelineOff(t *testing.T) {
 	s := NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithoutAutoPipeline())
 	require.Nil(t, s.pipe)
 	g := New(s, quietLog)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for w := range 32 {
-		wg.Go(func() {
-			for i := range 5 {
-				if _, err := Do(ctx, g, fmt.Sprint(w, "-", i), nil, func(context.Context, *Attempt) (int, error) { return i, nil }); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	doFreshKeys(t, g, 32, 5)
 	direct, pipelined, _ := spy.counts()
 	require.Empty(t, pipelined)
 	require.GreaterOrEqual(t, direct["claim"], 160)
