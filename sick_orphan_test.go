@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemstore"
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/internal/redistest"
 )
 
 // TestOrphanedClaimReleased: a claim sent to a Redis that did not answer is
@@ -86,17 +87,26 @@ func retryServed(t *testing.T, e sickEntry, g *idem.Guard, key string) (sickOutc
 // retry of the refused key then runs at once, rather than being refused
 // until the lease ends.
 func TestTakeBackWithoutUnclaimer(t *testing.T) {
-	st := &downStore{Store: idemtest.NewMemoryStore()}
-	g := idem.New(st, quiet)
-	st.down.Store(true)
-	_, err := idem.Do(context.Background(), g, "k", nil, okFn("charged"))
-	require.ErrorIs(t, err, idem.ErrStoreUnavailable)
-	st.down.Store(false)
+	for name, store := range map[string]func() idemstore.Store{
+		"memory": func() idemstore.Store { return idemtest.NewMemoryStore() },
+		"redis-server": func() idemstore.Store {
+			return idem.NewRedisStore(redistest.Shared(t).Client(t), idem.WithPrefix(redistest.Prefix(t)))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &downStore{Store: store()}
+			g := idem.New(st, quiet)
+			st.down.Store(true)
+			_, err := idem.Do(context.Background(), g, "k", nil, okFn("charged"))
+			require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+			st.down.Store(false)
 
-	v, err := idem.Do(context.Background(), g, "k", nil, okFn("charged"))
-	require.NoError(t, err, "the retry runs once the store answers")
-	require.Equal(t, "charged", v)
-	require.NoError(t, g.Drain(context.Background()))
+			v, err := idem.Do(context.Background(), g, "k", nil, okFn("charged"))
+			require.NoError(t, err, "the retry runs once the store answers")
+			require.Equal(t, "charged", v)
+			require.NoError(t, g.Drain(context.Background()))
+		})
+	}
 }
 
 // downStore refuses every claim, as an unreachable Redis does, while down
