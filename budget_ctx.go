@@ -9,41 +9,65 @@ import (
 // The context of a store call under the store budget. context.WithTimeout
 // costs a store call four or five allocations (the context, its timer, the
 // timer's function, the cancel function, the Done channel, which go-redis
-// always asks for). A caller's context that is never cancelled (Do or Once
-// called with context.Background(), a completion detached from its caller)
-// needs none of that: the call's deadline is enough, and calls whose
-// deadlines fall within one short slice of time can share one Done channel,
-// closed by one timer when the slice ends.
+// always asks for). A store call needs less: its deadline, which bounds it
+// on the wire (go-redis sets it on the connection), and a Done channel for
+// its waits before the wire (a connection from the pool, a batch's reply).
+// Calls whose deadlines fall within one short slice of time share one Done
+// channel, closed by one timer when the slice ends, so a call's context
+// costs one allocation, and none on context.Background().
+//
+// The call's context does not end with its caller's: a call that has gone
+// out is not abandoned half way (go-redis does not stop reading a reply
+// when a context is cancelled, only at its deadline), and what waits on the
+// caller as well (the reply of a batch) asks callerOf.
 
-// withBudget returns ctx with a deadline d away, and the function that
-// releases it, as context.WithTimeout does. When ctx can never be cancelled
-// and has no deadline, the deadline is rounded up to the end of a slice of
-// time at most a 64th of d long (10ms at most), and the context shares
-// its Done channel with the calls whose deadlines end in that slice; on
-// context.Background() the context itself is shared, and costs nothing.
-// Its cancel function then does nothing: the context ends at its deadline,
-// which is all a store call needs of it.
-func withBudget(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if ctx.Done() != nil || d <= 0 {
-		return context.WithTimeout(ctx, d)
-	}
-	if _, ok := ctx.Deadline(); ok {
+// withBudget returns the context of a store call made for ctx that may take
+// d, and the function that releases it, as context.WithTimeout does. Its
+// deadline is d away, rounded up to the end of a slice of time at most a
+// 64th of d long (10ms at most), and it shares its Done channel with the
+// calls whose deadlines end in that slice; it has ctx's values. Its cancel
+// function does nothing: the context ends at its deadline. When ctx has a
+// deadline sooner than that, the call's context is ctx itself. With detach,
+// ctx's deadline and cancellation do not count (a write that its caller
+// giving up must not void); otherwise callerOf(call) is ctx.
+func withBudget(ctx context.Context, d time.Duration, detach bool) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		if detach {
+			ctx = context.WithoutCancel(ctx)
+		}
 		return context.WithTimeout(ctx, d)
 	}
 	s := budgetSlice(d)
-	if ctx == context.Background() {
-		return &s.bg, noCancel
+	if detach || ctx.Done() == nil {
+		if ctx == context.Background() {
+			return &s.bg, noCancel
+		}
+		return &budgetCtx{Context: ctx, s: s}, noCancel
 	}
-	return &budgetCtx{Context: ctx, s: s}, noCancel
+	if dl, ok := ctx.Deadline(); ok && !dl.After(s.end) {
+		return ctx, noCancel
+	}
+	return &budgetCtx{Context: ctx, s: s, caller: ctx}, noCancel
 }
 
 // noCancel is the cancel function of a budgetCtx.
 func noCancel() {}
 
-// budgetCtx is a context that ends at the end of its slice.
+// callerOf returns the context of the caller of a store call whose context
+// is ctx: nil when the caller's end does not end the call (a detached call).
+func callerOf(ctx context.Context) context.Context {
+	if c, ok := ctx.(*budgetCtx); ok {
+		return c.caller
+	}
+	return ctx
+}
+
+// budgetCtx is a context that ends at the end of its slice, with the values
+// of the context it was made for.
 type budgetCtx struct {
-	context.Context // the caller's: never done, no deadline; its values
-	s               *deadlineSlice
+	context.Context                 // the caller's: its values only
+	s               *deadlineSlice  // when it ends
+	caller          context.Context // the caller's, to wait on; nil when detached
 }
 
 // Deadline returns the end of the context's slice.
@@ -58,6 +82,30 @@ func (c *budgetCtx) Err() error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// Value returns the caller's value for key, except the one through which
+// context.Cause and the contexts derived from this one would find the
+// caller's cancellation, which is not this context's (context.WithoutCancel
+// hides it the same way).
+func (c *budgetCtx) Value(key any) any {
+	if isCancelKey(key) {
+		return nil
+	}
+	return c.Context.Value(key)
+}
+
+// cancelKeyProbe answers the context package's own key with itself, which
+// is how isCancelKey recognizes that key.
+var cancelKeyProbe, _ = context.WithCancel(context.Background())
+
+// isCancelKey reports whether key is the context package's key for a
+// context's cancellation (a *int no other package can make).
+func isCancelKey(key any) bool {
+	if _, ok := key.(*int); !ok {
+		return false
+	}
+	return cancelKeyProbe.Value(key) == any(cancelKeyProbe)
 }
 
 // AfterFunc arranges to call f once the context ends, as context.AfterFunc

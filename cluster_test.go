@@ -274,7 +274,7 @@ func testClusterTakeover(t *testing.T, b *clusterBackend) {
 	const keys = 24
 	for i := range keys {
 		id := opID(fmt.Sprintf("job-%d", i))
-		res, err := store.Claim(ctx, id, idemstore.ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: lease + time.Hour})
+		res, err := store.Claim(ctx, id, idemstore.ClaimRequest{Owner: "dead", Fingerprint: fp.String(), Lease: lease, TTL: lease + time.Hour})
 		require.NoError(t, err)
 		require.Equal(t, idemstore.ClaimOK, res.Status)
 		require.NoError(t, store.Checkpoint(ctx, id, "dead", "step", fmt.Append(nil, i)))

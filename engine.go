@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -16,7 +17,7 @@ type op struct {
 	kind  Kind
 	scope string
 	key   string
-	fp    string
+	fp    print128
 	// detach runs fn on a context without the caller's cancellation: the
 	// claim and any wait still end with the caller's context, fn does not.
 	detach bool
@@ -111,9 +112,9 @@ func (g *Guard) claimAndRun(ctx context.Context, o op, fn runFunc) (outcome, err
 	if err := wire.ValidKey(o.key); err != nil {
 		return outcome{}, err
 	}
-	id, owner := idAndToken(o)
+	id, owner, fp := idAndToken(o)
 	lease, end := g.leaseFor(ctx)
-	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: o.fp, Lease: lease, TTL: lease + g.retentionOf(o)}
+	req := idemstore.ClaimRequest{Owner: owner, Fingerprint: fp, Lease: lease, TTL: lease + g.retentionOf(o)}
 	var deadline time.Time
 	if o.wait > 0 {
 		deadline = time.Now().Add(o.wait)
@@ -183,14 +184,16 @@ func (g *Guard) claim(ctx context.Context, id string, req idemstore.ClaimRequest
 	return res, c.sent, g.endCall(&c, err)
 }
 
-// idAndToken returns the id of the operation o and a fresh owner token
-// (newToken), made in one allocation.
-func idAndToken(o op) (id, owner string) {
-	var out [idLen + tokenLen]byte
+// idAndToken returns the id of the operation o, a fresh owner token
+// (newToken) and o's fingerprint as the store gets it, made in one
+// allocation.
+func idAndToken(o op) (id, owner, fp string) {
+	var out [idLen + tokenLen + printLen]byte
 	b := appendOperationID(out[:0], o.kind, o.scope, o.key)
 	b = appendToken(b)
+	b = base64.RawURLEncoding.AppendEncode(b, o.fp[:])
 	s := string(b)
-	return s[:idLen], s[idLen:]
+	return s[:idLen], s[idLen : idLen+tokenLen], s[idLen+tokenLen:]
 }
 
 // outcomeOf names how an operation ended, from what exec returned: out and

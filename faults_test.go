@@ -946,7 +946,7 @@ func TestFaultWaitersTakeOver(t *testing.T) {
 	fp, err := requestFingerprint(req)
 	require.NoError(t, err)
 	id := opID("k")
-	res, err := store.Claim(ctx, id, idemstore.ClaimRequest{Owner: "dead", Fingerprint: fp, Lease: lease, TTL: time.Hour})
+	res, err := store.Claim(ctx, id, idemstore.ClaimRequest{Owner: "dead", Fingerprint: fp.String(), Lease: lease, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, idemstore.ClaimOK, res.Status)
 	require.NoError(t, store.Checkpoint(ctx, id, "dead", "charge_id", []byte("ch_dead")))

@@ -21,20 +21,30 @@ import (
 // for one message.
 var onceFingerprint = hash128(nil)
 
-// hash128 returns the first 128 bits of the SHA-256 of b, base64url encoded:
-// the fingerprint of a request from its canonical bytes.
-func hash128(b []byte) string {
+// print128 is a request's fingerprint: the first 128 bits of the SHA-256 of
+// its canonical bytes. The store gets it base64url encoded (printLen
+// characters), written by idAndToken into the string of the operation's id.
+type print128 [16]byte
+
+// printLen is the length of an encoded print128.
+const printLen = 22
+
+// hash128 returns the fingerprint of a request from its canonical bytes b.
+func hash128(b []byte) print128 {
 	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	return print128(sum[:16])
 }
+
+// String returns p base64url encoded, as the store gets it.
+func (p print128) String() string { return base64.RawURLEncoding.EncodeToString(p[:]) }
 
 // requestFingerprint fingerprints req's canonical JSON: object keys sorted,
 // no insignificant whitespace, numbers as encoded.
-func requestFingerprint(req any) (string, error) {
+func requestFingerprint(req any) (print128, error) {
 	e := jsonEncoders.get()
 	defer e.done()
 	if err := e.enc.Encode(req); err != nil {
-		return "", fmt.Errorf("idem: request is not JSON-encodable: %w", err)
+		return print128{}, fmt.Errorf("idem: request is not JSON-encodable: %w", err)
 	}
 	b := e.buf.Bytes()
 	b = b[:len(b)-1] // Encode's newline: the rest is json.Marshal's output, never empty
@@ -79,7 +89,7 @@ const (
 // requestPrint fingerprints a request: method, escaped path, raw query and
 // body. A JSON body (by Content-Type) that parses is fingerprinted in
 // canonical form; any other body byte for byte.
-func requestPrint(r *http.Request, path string, body []byte) string {
+func requestPrint(r *http.Request, path string, body []byte) print128 {
 	size := len(r.Method) + len(path) + len(r.URL.RawQuery) + 4 + len(body)
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 		head := func(b []byte) []byte { return appendRequestHead(b, r, path, modeJSON) }
@@ -92,7 +102,7 @@ func requestPrint(r *http.Request, path string, body []byte) string {
 	p.head = appendRequestHead(p.head[:0], r, path, modeBytes)
 	p.h.Write(p.head)
 	p.h.Write(body)
-	fp := base64.RawURLEncoding.EncodeToString(p.h.Sum(p.sum[:0])[:16])
+	fp := print128(p.h.Sum(p.sum[:0])[:16])
 	if cap(p.head) <= maxPooledBuffer {
 		printers.put(p)
 	}
@@ -123,10 +133,10 @@ func appendRequestHead(b []byte, r *http.Request, path string, mode byte) []byte
 // canonicalPrint fingerprints head followed by the canonical form of the
 // JSON document src, and reports false when src is not one it
 // canonicalises. head appends to its argument; size bounds the result.
-func canonicalPrint(src []byte, size int, head func([]byte) []byte) (string, bool) {
+func canonicalPrint(src []byte, size int, head func([]byte) []byte) (print128, bool) {
 	c := canonicalizers.get()
 	out, ok := c.Append(head(c.Buffer(size)), src)
-	var fp string
+	var fp print128
 	if ok {
 		fp = hash128(out)
 	}

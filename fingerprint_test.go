@@ -17,7 +17,7 @@ func TestRequestPrint(t *testing.T) {
 		buf := []byte(body)
 		fp := requestPrint(r, r.URL.EscapedPath(), buf)
 		require.Equal(t, body, string(buf), "the body is left intact")
-		return fp
+		return fp.String()
 	}
 	base := print("POST", "/p?q=1", "application/json", `{"a":1,"b":2}`)
 	require.Equal(t, base, print("POST", "/p?q=1", "application/json; charset=utf-8", "{ \"b\":2,\n\"a\":1 }"))

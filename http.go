@@ -247,10 +247,10 @@ func (m *middleware) scopeOf(w http.ResponseWriter, r *http.Request) (string, bo
 
 // readRequest reads the body into buf and fingerprints the request, or
 // answers with a problem and returns the outcome of the refusal.
-func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, fp string, refused Outcome) {
+func (m *middleware) readRequest(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, fp print128, refused Outcome) {
 	body, status := readBody(r, m.maxRequest, buf)
 	if refused = m.bodyRefused(w, status); refused != "" {
-		return nil, "", refused
+		return nil, print128{}, refused
 	}
 	if m.fingerprint != nil {
 		fp, refused = m.customPrint(w, r, body)

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"encoding/base64"
 	"net/http"
 	"strings"
 
@@ -107,7 +106,8 @@ func (h *idemHandler) serveKeyFunc(w http.ResponseWriter, r *http.Request) {
 	if refused == "" && !m.funcKeyValid(w, key, err) {
 		refused = OutcomeInvalidKey
 	}
-	var scope, fp string
+	var scope string
+	var fp print128
 	if refused == "" {
 		var ok bool
 		if scope, ok = m.scopeOf(w, r); !ok {
@@ -162,11 +162,11 @@ func (h *idemHandler) pass(w http.ResponseWriter, r *http.Request, bp *[]byte, b
 // customPrint fingerprints a request by WithFingerprint's function: method,
 // escaped path and the function's bytes; or answers with a problem and
 // returns the outcome of the refusal.
-func (m *middleware) customPrint(w http.ResponseWriter, r *http.Request, body []byte) (string, Outcome) {
+func (m *middleware) customPrint(w http.ResponseWriter, r *http.Request, body []byte) (print128, Outcome) {
 	b, err := m.fingerprint(r, body[:len(body):len(body)])
 	if err != nil {
 		writeProblem(w, &probFingerprintFailed, "The request could not be compared with others carrying its "+m.keyName+" ("+strings.TrimPrefix(err.Error(), "idem: ")+"). Nothing was done.")
-		return "", OutcomeInvalidKey
+		return print128{}, OutcomeInvalidKey
 	}
 	p := printers.get()
 	p.h.Reset()
@@ -176,7 +176,7 @@ func (m *middleware) customPrint(w http.ResponseWriter, r *http.Request, body []
 	p.head = append(p.head, '\n', '\n', modeFunc)
 	p.h.Write(p.head)
 	p.h.Write(b)
-	fp := base64.RawURLEncoding.EncodeToString(p.h.Sum(p.sum[:0])[:16])
+	fp := print128(p.h.Sum(p.sum[:0])[:16])
 	if cap(p.head) <= maxPooledBuffer {
 		printers.put(p)
 	}

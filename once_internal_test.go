@@ -22,7 +22,7 @@ func TestOnceEmptyStoredResult(t *testing.T) {
 	s := NewRedisStore(c)
 	ctx := context.Background()
 	id := OperationID(KindOnce, "", "m1")
-	res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "o1", Fingerprint: onceFingerprint, Lease: time.Minute, TTL: time.Hour})
+	res, err := s.Claim(ctx, id, idemstore.ClaimRequest{Owner: "o1", Fingerprint: onceFingerprint.String(), Lease: time.Minute, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, idemstore.ClaimOK, res.Status)
 	require.NoError(t, s.Complete(ctx, id, "o1", nil, time.Hour))

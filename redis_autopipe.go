@@ -120,8 +120,13 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 }
 
 // wait returns pc's command once its batch has run, or a command carrying
-// ctx's error when ctx ends first.
+// ctx's error when ctx, or the caller it was made for, ends first.
 func (pl *pipeline) wait(ctx context.Context, pc *pipeCall) (out *redis.Cmd, abandoned bool) {
+	var gone <-chan struct{} // nil: never
+	caller := callerOf(ctx)
+	if caller != nil {
+		gone = caller.Done()
+	}
 	select {
 	case <-pc.done:
 		cmd := pc.cmd
@@ -131,6 +136,8 @@ func (pl *pipeline) wait(ctx context.Context, pc *pipeCall) (out *redis.Cmd, aba
 	case <-ctx.Done():
 		// The batch still signals pc.done, which is left to the collector.
 		return failedCmd(ctx, ctx.Err()), true
+	case <-gone:
+		return failedCmd(ctx, caller.Err()), true
 	}
 }
 

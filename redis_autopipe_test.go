@@ -323,3 +323,66 @@ func doFreshKeys(t *testing.T, g *Guard, workers, each int) {
 		require.NoError(t, err)
 	}
 }
+
+// batchSent tells, by a hook on the client, when a batch of the store's
+// scripts goes on the wire.
+type batchSent chan struct{}
+
+func (b batchSent) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (b batchSent) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (b batchSent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if scriptName(cmds[0]) != "" {
+			select {
+			case b <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAutoPipelineCallerGone: a claim in a batch that Redis does not
+// answer ends when its caller gives up, with the caller's error, not at the
+// end of the store budget (the call's context ends there, not with the
+// caller's: withBudget). The take-back of the claim then waits its write
+// timeout before it goes on in the background.
+func TestAutoPipelineCallerGone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	o := srv.Options()
+	o.ContextTimeoutEnabled = true
+	o.ReadTimeout, o.MaxRetries = 30*time.Second, -1
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	sent := make(batchSent, 1)
+	c.AddHook(sent)
+	const budget = 20 * time.Second
+	g := New(PipelineEveryCall(NewRedisStore(c)), WithStoreTimeout(budget), WithWriteTimeout(100*time.Millisecond), WithLease(time.Second))
+	fn := func(context.Context, *Attempt) (int, error) { return 1, nil }
+	_, err := Do(context.Background(), g, "warm", nil, fn) // loads the scripts, opens the connections
+	require.NoError(t, err)
+	for len(sent) > 0 {
+		<-sent
+	}
+
+	srv.Pause(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := Do(ctx, g, "k", nil, fn)
+		done <- err
+	}()
+	<-sent
+	cancel()
+	err = <-done
+	took := time.Since(start)
+	srv.Resume(t)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, took, budget/2, "the caller's end ends the wait")
+	dctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	require.NoError(t, g.Drain(dctx))
+}

@@ -44,15 +44,18 @@ type inlineCall struct {
 // the call's context, ctx with a deadline d away (detached from ctx's
 // cancellation with detach).
 func (g *Guard) beginCall(ctx context.Context, d time.Duration, detach bool) (inlineCall, error) {
+	if !detach && ctx.Err() != nil {
+		return inlineCall{}, ctx.Err() // what the client would answer: no call goes out
+	}
 	probe, err := g.health.admit()
 	if err != nil {
 		return inlineCall{}, err
 	}
-	if detach && ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
 	c := inlineCall{caller: ctx, probe: probe, sent: time.Now()}
-	c.ctx, c.cancel = withBudget(ctx, d)
+	if detach {
+		c.caller = context.Background()
+	}
+	c.ctx, c.cancel = withBudget(ctx, d, detach)
 	return c, nil
 }
 
@@ -89,17 +92,21 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // client's own timeouts when the wait ends. A call not answered within d
 // returns an error wrapping errWriteTimeout.
 func callWithin[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, f func(context.Context) (T, error)) (T, error) {
-	if detach && ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
 	if g.inlineWrites {
-		wctx, cancel := withBudget(ctx, d)
+		if !detach && ctx.Err() != nil {
+			var zero T
+			return zero, ctx.Err()
+		}
+		wctx, cancel := withBudget(ctx, d, detach)
 		defer cancel()
 		v, err := f(wctx)
-		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		if err != nil && (detach || ctx.Err() == nil) && wctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", errWriteTimeout, err)
 		}
 		return v, err
+	}
+	if detach && ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
 	}
 	c := &boundedCall[T]{f: f}
 	c.ctx, c.cancel = context.WithTimeout(ctx, d)
