@@ -44,7 +44,7 @@ func TestProxyFromEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "IDEM_ADMIN")
-	require.NotNil(t, p.logs.find(map[string]any{"event": "unknown_variable", "variable": "IDEM_SCOPE_HEADRE"}), p.logs.String())
+	p.logs.await(t, map[string]any{"event": "unknown_variable", "variable": "IDEM_SCOPE_HEADRE"})
 	require.Nil(t, p.logs.find(map[string]any{"event": "unscoped"}))
 }
 

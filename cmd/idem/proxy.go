@@ -126,7 +126,9 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	lines := newLineWriter(e.stderr, logBacklog, logGather)
+	defer lines.Close()
+	log := slog.New(slog.NewJSONHandler(lines, nil))
 	store := idem.NewRedisStore(e.client, idem.WithPrefix(p.prefix), idem.WithStoreLogger(log))
 	metrics := idemprom.New()
 	cut, cutNow := context.WithCancel(context.Background())

@@ -73,7 +73,7 @@ func TestProxyDroppedAfterActing(t *testing.T) {
 	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
 	require.Equal(t, "reconciled", r.body)
 	require.EqualValues(t, 2, u.runs.Load())
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "abandoned", "key": "abandoned", "sent": true}))
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "abandoned", "key": "abandoned", "sent": true})
 }
 
 // TestProxyDroppedReusedConnection: an upstream that drops a kept-alive
@@ -107,7 +107,7 @@ func TestProxyUpstreamRefused(t *testing.T) {
 	a := post()
 	require.Equal(t, http.StatusBadGateway, a.status)
 	require.Equal(t, gateway.ProblemUnreachable, problemType(t, a))
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "released", "key": "released", "sent": false}))
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "released", "key": "released", "sent": false})
 
 	// The upstream comes back on its address.
 	ln, err := net.Listen("tcp", addr)
@@ -220,7 +220,7 @@ func TestProxyShutdown(t *testing.T) {
 	close(release)
 	require.Equal(t, http.StatusCreated, (<-done).status, "the request in flight finishes")
 	require.Equal(t, exitOK, <-stopped)
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "executed"}))
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "executed"})
 
 	next := startProxy(t, args...)
 	a := send(t, http.MethodPost, next.url+"/charges", `{}`, "Idempotency-Key", "inflight-1")

@@ -22,14 +22,43 @@ import (
 
 // logSink collects the proxy's log lines, safe for concurrent use.
 type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed by the next write, if not nil
 }
 
 func (s *logSink) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.buf.Write(p)
+}
+
+// await returns the first log line whose fields include want, waiting for
+// it at most 10 s: the proxy writes its lines after its answers.
+func (s *logSink) await(t *testing.T, want map[string]any) map[string]any {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		if l := s.find(want); l != nil {
+			return l
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("no log line with %v: %s", want, s)
+			return nil
+		}
+	}
 }
 
 // lines returns the JSON log lines so far.

@@ -77,8 +77,8 @@ func TestProxyShutdownReleasesUnsent(t *testing.T) {
 	<-accepted // the proxy is in the TLS handshake: nothing sent
 	require.Equal(t, exitOK, p.stop())
 	<-done
-	require.NotNil(t, p.logs.find(map[string]any{"event": "shutdown_cut"}), p.logs.String())
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "key": "released", "sent": false}), p.logs.String())
+	p.logs.await(t, map[string]any{"event": "shutdown_cut"})
+	p.logs.await(t, map[string]any{"msg": "request", "key": "released", "sent": false})
 
 	u := newCounting(t, nil)
 	next := startProxy(t, "-upstream", u.srv.URL, "-redis", url, "-prefix", prefix, "-lease", "1h")
@@ -105,7 +105,7 @@ func TestProxyShutdownKeepsSent(t *testing.T) {
 	require.Equal(t, exitOK, p.stop())
 	<-done
 	require.Less(t, time.Since(start), settleTimeout, "the request cut off settled in time")
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "key": "abandoned", "sent": true}), p.logs.String())
+	p.logs.await(t, map[string]any{"msg": "request", "key": "abandoned", "sent": true})
 
 	next := startProxy(t, args...)
 	a := send(t, http.MethodPost, next.url+"/charges", `{}`, "Idempotency-Key", "sent-1")

@@ -92,11 +92,12 @@ func TestProxyContract(t *testing.T) {
 	}
 
 	// One log line per request, with the decision.
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "executed", "status": float64(201)}))
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "replayed"}))
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "mismatch", "status": float64(422)}))
-	require.NotNil(t, p.logs.find(map[string]any{"msg": "request", "outcome": "pass", "method": "GET"}))
-	require.NotNil(t, p.logs.find(map[string]any{"event": "unscoped", "level": "WARN"}), "without -scope-header, the start says that all clients share one key space")
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "executed", "status": float64(201)})
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "replayed"})
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "mismatch", "status": float64(422)})
+	p.logs.await(t, map[string]any{"msg": "request", "outcome": "pass", "method": "GET"})
+	// Without -scope-header, the start says that all clients share one key space.
+	p.logs.await(t, map[string]any{"event": "unscoped", "level": "WARN"})
 	require.Equal(t, exitOK, p.stop())
 }
 
@@ -213,7 +214,8 @@ func TestProxyLogFailuresOnly(t *testing.T) {
 	refused := startProxy(t, proxyArgs(t, "http://"+closedAddr(t), "-log-requests=false", "-scope-header", "X-Account")...)
 	require.Equal(t, http.StatusBadGateway, send(t, http.MethodPost, refused.url+"/orders", `{}`, "Idempotency-Key", "k2", "X-Account", "a").status)
 
+	require.Equal(t, exitOK, p.stop()) // its lines are all written
 	require.NotNil(t, p.logs.find(map[string]any{"event": "start"}))
 	require.Nil(t, p.logs.find(map[string]any{"msg": "request"}), "no line for the requests answered: %s", p.logs)
-	require.NotNil(t, refused.logs.find(map[string]any{"msg": "request", "level": "WARN", "upstream": "failed", "sent": false}), "%s", refused.logs)
+	refused.logs.await(t, map[string]any{"msg": "request", "level": "WARN", "upstream": "failed", "sent": false})
 }
