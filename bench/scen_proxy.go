@@ -102,24 +102,22 @@ func startProxyProcess(e *env, cmd *exec.Cmd, fromStderr bool) (*proxyProcess, e
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
-		found := false
 		for sc.Scan() {
 			line := sc.Text()
-			if found {
-				continue // drain: the log lines of idem proxy
-			}
 			if a, ok := strings.CutPrefix(line, "listening "); ok {
 				addr <- a
-				found = true
+				// The log lines of idem proxy, read as a log collector
+				// would: in large reads, not line by line.
+				_, _ = io.Copy(io.Discard, out)
+				return
 			} else if i := strings.Index(line, `"listen":"`); i >= 0 && strings.Contains(line, `"event":"start"`) {
 				a := line[i+len(`"listen":"`):]
 				addr <- a[:strings.IndexByte(a, '"')]
-				found = true
+				_, _ = io.Copy(io.Discard, out)
+				return
 			}
 		}
-		if !found {
-			close(addr)
-		}
+		close(addr)
 	}()
 	select {
 	case a, ok := <-addr:
@@ -297,8 +295,8 @@ func runProxy(ctx context.Context, e *env) error {
 			"with the same transport settings: the baseline is a plain `httputil.ReverseProxy` (this binary re-executed), the floor "+
 			"the same proxy claiming each keyed request with `SET NX PX` before sending it and storing status and body with `SET PX` "+
 			"after (go-redis defaults; no fingerprint, owner, fence, renewal or log: the least a proxy that runs each key once does), "+
-			"`idem proxy` is the built command with `-scope-header X-Account` and its JSON log line per request (to a pipe that "+
-			"is drained), and again with `-log-requests=false` (a line for failed requests only). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
+			"`idem proxy` is the built command with `-scope-header X-Account` and its JSON log line per request (to a pipe that a "+
+			"goroutine reads in large reads, as a log collector would), and again with `-log-requests=false` (a line for failed requests only). cli µs/op is the benchmark process's CPU only (clients and upstream), not the proxies'. Fresh keys: "+
 			"idem's upstream ran %d times for %d answered requests. Replays: %d pre-completed keys in each idem proxy; their upstreams ran %d times "+
 			"during the replay rounds (the baseline's runs its upstream every time).",
 			clients, freshRuns, sent.Load(), n, replayRan))
