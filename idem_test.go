@@ -837,6 +837,33 @@ func TestRoundTrips(t *testing.T) {
 	})
 }
 
+// TestCallerGoneSendsNothing: a Do whose caller's context has already ended
+// sends nothing to Redis, neither a claim nor the take-back of one, and
+// returns the context's error; the key then runs as if never tried.
+func TestCallerGoneSendsNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		var n atomic.Int32
+		b.client.AddHook(countHook{&n})
+		g := b.guard(t)
+		_, err := idem.Do(context.Background(), g, "warm-up", nil, okFn("x")) // loads the scripts
+		require.NoError(t, err)
+
+		n.Store(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = idem.Do(ctx, g, "k", nil, okFn("x"))
+		require.ErrorIs(t, err, context.Canceled)
+		dctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stop()
+		require.NoError(t, g.Drain(dctx))
+		require.Zero(t, n.Load(), "commands sent")
+
+		a, err := idem.Do(context.Background(), g, "k", nil, func(_ context.Context, a *idem.Attempt) (int64, error) { return a.Fence, nil })
+		require.NoError(t, err)
+		require.Equal(t, int64(1), a, "the first attempt that ran")
+	})
+}
+
 type countHook struct{ n *atomic.Int32 }
 
 func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -286,6 +286,8 @@ func mayHaveRun(err error) bool {
 		return false
 	case errors.As(err, &ae): // the store undid it already
 		return false
+	case errors.As(err, new(notSentError)):
+		return false
 	case errors.As(err, &dial) && dial.Op == "dial":
 		return false
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):

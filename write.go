@@ -14,10 +14,15 @@ import (
 // storeCall runs f, one store call on a request's path, if fail-fast lets
 // it go out, and waits for it at most the store timeout. It returns when the
 // call was sent (the moment its lease is measured from), and a
-// *failingError when the call was refused and never sent. Call sites on the
+// *failingError when the call was refused and never sent (a notSentError
+// when ctx had already ended). Call sites on the
 // hot path use beginCall and endCall instead where the store returns by its
 // deadline, so that no closure is made.
 func storeCall[T any](ctx context.Context, g *Guard, f func(context.Context) (T, error)) (T, time.Time, error) {
+	if ctx.Err() != nil {
+		var zero T
+		return zero, time.Time{}, notSentError{ctx.Err()}
+	}
 	probe, err := g.health.admit()
 	if err != nil {
 		var zero T
@@ -39,13 +44,20 @@ type inlineCall struct {
 	sent   time.Time
 }
 
+// notSentError is the error of a store call that did not go out because
+// its caller's context had ended: nothing is to be taken back.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
 // beginCall starts a store call on the caller's goroutine, to be ended by endCall:
 // it asks fail-fast (a *failingError when the call is refused) and returns
 // the call's context, ctx with a deadline d away (detached from ctx's
 // cancellation with detach).
 func (g *Guard) beginCall(ctx context.Context, d time.Duration, detach bool) (inlineCall, error) {
 	if !detach && ctx.Err() != nil {
-		return inlineCall{}, ctx.Err() // what the client would answer: no call goes out
+		return inlineCall{}, notSentError{ctx.Err()}
 	}
 	probe, err := g.health.admit()
 	if err != nil {
@@ -82,7 +94,8 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // callWithin runs f, a store call, and waits for it at most d; f gets a context
 // with that deadline. With detach, f runs without ctx's cancellation (a
 // write after fn returned, which a caller giving up must not void);
-// otherwise the wait also ends when ctx does, with ctx's cause.
+// otherwise the wait also ends when ctx does, with ctx's cause, and a call
+// whose ctx has already ended is not sent (notSentError).
 //
 // A store whose client returns by its context's deadline (a RedisStore on a
 // go-redis client with ContextTimeoutEnabled) is called on the caller's
@@ -92,11 +105,11 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // client's own timeouts when the wait ends. A call not answered within d
 // returns an error wrapping errWriteTimeout.
 func callWithin[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, f func(context.Context) (T, error)) (T, error) {
+	if !detach && ctx.Err() != nil {
+		var zero T
+		return zero, notSentError{ctx.Err()}
+	}
 	if g.inlineWrites {
-		if !detach && ctx.Err() != nil {
-			var zero T
-			return zero, ctx.Err()
-		}
 		wctx, cancel := withBudget(ctx, d, detach)
 		defer cancel()
 		v, err := f(wctx)
