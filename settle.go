@@ -145,13 +145,18 @@ func (g *Guard) takeBack(ctx context.Context, id, owner string, until time.Time)
 // this Guard is taking back claims once they are done, rather than find the
 // key busy with a claim nobody runs, or send a second claim that could meet
 // the same fate. It returns ErrStoreUnavailable when they did not end in
-// time: the key is held by a claim of this Guard's that the store has not
-// let go of yet, so the repeat is refused as the store's (503), not as
-// another attempt's (409).
+// time, and at once while the store is failing (fail-fast): the key is held
+// by a claim of this Guard's that the store has not let go of yet, so the
+// repeat is refused as the store's (503), not as another attempt's (409).
 func (g *Guard) awaitTakeBack(ctx context.Context, id string) error {
 	ended := g.takingBack.ended(id)
 	if ended == nil {
 		return nil
+	}
+	if g.health.failing() {
+		// The take-back cannot end before the store answers again: the
+		// repeat is refused at once, as fail-fast refuses any request.
+		return fmt.Errorf("%w: an earlier claim of this key, whose answer never came, is still being taken back, and the store's calls keep failing", ErrStoreUnavailable)
 	}
 	t := time.NewTimer(g.budget)
 	defer t.Stop()

@@ -125,3 +125,62 @@ func servedAgain(t *testing.T, do func(key string) (time.Duration, error)) time.
 		time.Sleep(5 * time.Millisecond) // a client's pause between requests
 	}
 }
+
+// TestFailFastOrphanedKey: the key whose claim was on its way when Redis
+// froze is being taken back; once the store is failing, its repeats are
+// refused at once like any other request (not after waiting a budget for
+// the take-back), and once Redis answers it runs.
+func TestFailFastOrphanedKey(t *testing.T) {
+	for _, c := range sickClients {
+		t.Run(c.name, func(t *testing.T) {
+			s := startSick(t, "SIGSTOP")
+			g := s.guard(c.ctxTimeout)
+			ran := 0
+			do := func(key string) (time.Duration, error) {
+				start := time.Now()
+				_, err := idem.Do(context.Background(), g, key, payment{Amount: 1}, func(context.Context, *idem.Attempt) (string, error) {
+					ran++
+					return "v", nil
+				})
+				return time.Since(start), err
+			}
+			_, err := do("warm")
+			require.NoError(t, err)
+
+			s.freeze()
+			_, err = do("orphan") // its claim is sent, and never answered
+			require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+			start := time.Now()
+			for i := 0; g.StoreState() != idem.StoreFailing; i++ {
+				require.Less(t, i, failFastAfter, "still %q after %d refusals", g.StoreState(), i)
+				require.Less(t, time.Since(start), failFastWithin)
+				_, err := do(fmt.Sprintf("before-%d", i))
+				require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+			}
+
+			refusals := make([]time.Duration, 5)
+			for i := range refusals {
+				took, err := do("orphan")
+				require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+				refusals[i] = took
+			}
+			slices.Sort(refusals)
+			t.Logf("repeats of the orphaned key: median %v, max %v", refusals[2], refusals[4])
+			require.Less(t, refusals[2], fastRefusal, "refused at once once failing")
+			require.Equal(t, 1, ran, "only the warm-up ran")
+
+			back := s.resume()
+			for {
+				_, err := do("orphan")
+				if err == nil {
+					break
+				}
+				require.ErrorIs(t, err, idem.ErrStoreUnavailable)
+				require.Less(t, time.Since(back), sickRecovery, "the orphaned key runs once Redis answers")
+				time.Sleep(10 * time.Millisecond) // the client's retry pause
+			}
+			t.Logf("the orphaned key ran %v after Redis answered", time.Since(back).Round(time.Millisecond))
+			require.Equal(t, 2, ran)
+		})
+	}
+}
