@@ -51,7 +51,9 @@ func TestPacer(t *testing.T) {
 // TestWorkloadRate: the workload starts at most Rate calls a second, bursts
 // of concurrent duplicates included: counted over the run's own duration,
 // measured around it (a slow machine only makes fewer calls), and at
-// least a quarter of it.
+// least a tenth of it: the workload does not idle (how closely the pace is
+// kept is TestPacerSlots', on a clock of its own; here the race detector on
+// a loaded machine may starve the workers of CPU).
 func TestWorkloadRate(t *testing.T) {
 	_, gs := miniGuards(t, 2, idem.WithWait(time.Second))
 	const rate = 200
@@ -63,7 +65,7 @@ func TestWorkloadRate(t *testing.T) {
 	w.Run(ctx, h, NewSink(h))
 	elapsed := time.Since(start)
 	require.LessOrEqual(t, float64(w.Calls()), rate*elapsed.Seconds()+1, "%d calls in %v", w.Calls(), elapsed)
-	require.GreaterOrEqual(t, float64(w.Calls()), rate*elapsed.Seconds()/4, "the rate is kept, not only bounded: %d calls in %v", w.Calls(), elapsed)
+	require.GreaterOrEqual(t, float64(w.Calls()), rate*elapsed.Seconds()/10, "the rate is kept, not only bounded: %d calls in %v", w.Calls(), elapsed)
 	t.Logf("%d calls in %v at -rate %d", w.Calls(), elapsed, rate)
 }
 
