@@ -108,6 +108,13 @@ func (e *failingError) Error() string {
 
 func (e *failingError) Unwrap() error { return ErrStoreUnavailable }
 
+// notSentError is the error of a store call that did not go out because
+// its caller's context had ended: nothing is to be taken back.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
 // admit reports whether a call may go to the store: nil, and probe set
 // when the call is the one probe of a failing store; a *failingError when
 // the store is failing and the call is refused.

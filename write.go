@@ -44,13 +44,6 @@ type inlineCall struct {
 	sent   time.Time
 }
 
-// notSentError is the error of a store call that did not go out because
-// its caller's context had ended: nothing is to be taken back.
-type notSentError struct{ err error }
-
-func (e notSentError) Error() string { return e.err.Error() }
-func (e notSentError) Unwrap() error { return e.err }
-
 // beginCall starts a store call on the caller's goroutine, to be ended by endCall:
 // it asks fail-fast (a *failingError when the call is refused) and returns
 // the call's context, ctx with a deadline d away (detached from ctx's
