@@ -68,3 +68,38 @@ func TestDoAllocsCancellable(t *testing.T) {
 	require.LessOrEqual(t, replay, 4.0+1, "replay: one for its one store call")
 	require.LessOrEqual(t, replaySoon, 4.0, "replay: the caller's deadline comes first")
 }
+
+// lateStore is cannedStore without idemstore.DeadlineAware: a store that
+// may answer past its context's deadline (go-redis without
+// ContextTimeoutEnabled), which a Guard calls on a goroutine of its own.
+type lateStore struct{ *cannedStore }
+
+func (lateStore) ReturnsByDeadline() {} // not DeadlineAware's method: hides cannedStore's
+
+// TestDoAllocsGoroutine: a store call on a goroutine of its own costs the
+// goroutine's call, its end's channel and the budget's context (one
+// allocation, none on context.Background()), not context.WithTimeout's four
+// or five.
+func TestDoAllocsGoroutine(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	s := &cannedStore{}
+	g := idem.New(lateStore{s}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := payment{Amount: 1000, Currency: "EUR"}
+	do := func(ctx context.Context) {
+		if _, err := idem.Do(ctx, g, "8e03978e-40d5-43e8-bc93-6894a57f9324", req, okFn("pay_9f8e7d6c")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := testing.AllocsPerRun(200, func() { do(ctx) })
+	s.replay = true
+	replay := testing.AllocsPerRun(200, func() { do(ctx) })
+	replayBg := testing.AllocsPerRun(200, func() { do(context.Background()) })
+	t.Logf("allocations per call: %.0f fresh, %.0f replay, %.0f replay on context.Background()", fresh, replay, replayBg)
+	require.LessOrEqual(t, fresh, 25.0, "fresh call")
+	require.LessOrEqual(t, replay, 9.0, "replay")
+	require.LessOrEqual(t, replayBg, 8.0, "replay, context.Background()")
+}

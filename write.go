@@ -3,7 +3,6 @@ package idem
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -111,18 +110,21 @@ func callWithin[T any](ctx context.Context, g *Guard, d time.Duration, detach bo
 		}
 		return v, err
 	}
-	if detach && ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	c := &boundedCall[T]{f: f}
-	c.ctx, c.cancel = context.WithTimeout(ctx, d)
+	c := &boundedCall[T]{f: f, end: make(chan struct{})}
+	c.ctx, c.cancel = withBudget(ctx, d, detach)
 	go c.run()
-	<-c.ctx.Done() // the call's end cancels it too
-	if c.done.Load() {
+	var gone <-chan struct{} // nil: never
+	if !detach {
+		gone = ctx.Done()
+	}
+	select {
+	case <-c.end:
 		return c.v, c.err
+	case <-c.ctx.Done():
+	case <-gone:
 	}
 	var zero T
-	if ctx.Err() != nil {
+	if !detach && ctx.Err() != nil {
 		return zero, context.Cause(ctx)
 	}
 	return zero, errWriteTimeout
@@ -135,13 +137,13 @@ type boundedCall[T any] struct {
 	cancel context.CancelFunc
 	v      T
 	err    error
-	done   atomic.Bool // v and err are set
+	end    chan struct{} // closed once v and err are set
 }
 
 func (c *boundedCall[T]) run() {
 	c.v, c.err = c.f(c.ctx)
-	c.done.Store(true)
 	c.cancel()
+	close(c.end)
 }
 
 // saveCheckpoint saves a checkpoint of a within the store timeout, if
