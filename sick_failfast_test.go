@@ -61,15 +61,7 @@ func TestFailFast(t *testing.T) {
 			t.Run(f.name+"/"+c.name, func(t *testing.T) {
 				s := startSick(t, "SIGSTOP")
 				g := s.guard(c.ctxTimeout)
-				ran := 0
-				do := func(key string) (time.Duration, error) {
-					start := time.Now()
-					_, err := idem.Do(context.Background(), g, key, payment{Amount: 1}, func(context.Context, *idem.Attempt) (string, error) {
-						ran++
-						return "v", nil
-					})
-					return time.Since(start), err
-				}
+				do, runs := timedDo(g)
 				_, err := do("warm")
 				require.NoError(t, err)
 				require.Equal(t, idem.StoreOK, g.StoreState())
@@ -97,17 +89,32 @@ func TestFailFast(t *testing.T) {
 				t.Logf("20 refusals: median %v, max %v", refusals[10], refusals[19])
 				require.Less(t, refusals[10], fastRefusal, "refused at once once failing")
 				require.Equal(t, idem.StoreFailing, g.StoreState())
-				require.Equal(t, 1, ran, "only the warm-up ran")
+				require.Equal(t, 1, runs(), "only the warm-up ran")
 
 				back := f.recover(t, s)
 				served := servedAgain(t, do)
 				t.Logf("served %v after Redis answered", served.Sub(back).Round(time.Millisecond))
 				require.Less(t, served.Sub(back), serviceBack, "service resumes soon after Redis answers")
 				require.Equal(t, idem.StoreOK, g.StoreState())
-				require.Equal(t, 2, ran)
+				require.Equal(t, 2, runs())
 			})
 		}
 	}
+}
+
+// timedDo returns a function that sends one Do with key through g and
+// returns how long it took, and a count of the runs of its function.
+func timedDo(g *idem.Guard) (do func(key string) (time.Duration, error), runs func() int) {
+	ran := 0
+	do = func(key string) (time.Duration, error) {
+		start := time.Now()
+		_, err := idem.Do(context.Background(), g, key, payment{Amount: 1}, func(context.Context, *idem.Attempt) (string, error) {
+			ran++
+			return "v", nil
+		})
+		return time.Since(start), err
+	}
+	return do, func() int { return ran }
 }
 
 // servedAgain sends requests with fresh keys until one is served, for at
@@ -135,15 +142,7 @@ func TestFailFastOrphanedKey(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := startSick(t, "SIGSTOP")
 			g := s.guard(c.ctxTimeout)
-			ran := 0
-			do := func(key string) (time.Duration, error) {
-				start := time.Now()
-				_, err := idem.Do(context.Background(), g, key, payment{Amount: 1}, func(context.Context, *idem.Attempt) (string, error) {
-					ran++
-					return "v", nil
-				})
-				return time.Since(start), err
-			}
+			do, runs := timedDo(g)
 			_, err := do("warm")
 			require.NoError(t, err)
 
@@ -167,7 +166,7 @@ func TestFailFastOrphanedKey(t *testing.T) {
 			slices.Sort(refusals)
 			t.Logf("repeats of the orphaned key: median %v, max %v", refusals[2], refusals[4])
 			require.Less(t, refusals[2], fastRefusal, "refused at once once failing")
-			require.Equal(t, 1, ran, "only the warm-up ran")
+			require.Equal(t, 1, runs(), "only the warm-up ran")
 
 			back := s.resume()
 			for {
@@ -180,7 +179,7 @@ func TestFailFastOrphanedKey(t *testing.T) {
 				time.Sleep(10 * time.Millisecond) // the client's retry pause
 			}
 			t.Logf("the orphaned key ran %v after Redis answered", time.Since(back).Round(time.Millisecond))
-			require.Equal(t, 2, ran)
+			require.Equal(t, 2, runs())
 		})
 	}
 }
