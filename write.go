@@ -86,8 +86,8 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // callWithin runs f, a store call, and waits for it at most d; f gets a context
 // with that deadline. With detach, f runs without ctx's cancellation (a
 // write after fn returned, which a caller giving up must not void);
-// otherwise the wait also ends when ctx does, with ctx's cause, and a call
-// whose ctx has already ended is not sent (notSentError).
+// otherwise the wait also ends when ctx does, with ctx's cause (storeCall,
+// its one caller that does not detach, sends nothing once ctx has ended).
 //
 // A store whose client returns by its context's deadline (a RedisStore on a
 // go-redis client with ContextTimeoutEnabled) is called on the caller's
@@ -97,10 +97,6 @@ func (g *Guard) bounded(ctx context.Context, f func(ctx context.Context) error) 
 // client's own timeouts when the wait ends. A call not answered within d
 // returns an error wrapping errWriteTimeout.
 func callWithin[T any](ctx context.Context, g *Guard, d time.Duration, detach bool, f func(context.Context) (T, error)) (T, error) {
-	if !detach && ctx.Err() != nil {
-		var zero T
-		return zero, notSentError{ctx.Err()}
-	}
 	if g.inlineWrites {
 		wctx, cancel := withBudget(ctx, d, detach)
 		defer cancel()
