@@ -234,23 +234,21 @@ func runProxy(ctx context.Context, e *env) error {
 		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, plain.url, fresh.key(w, seq)) }}
 	floorFresh := &variant{name: "floor proxy (SET NX PX, then SET PX)", clients: clients, srv: e.serverUsec,
 		op: func(ctx context.Context, w int, seq uint64) error { return post(ctx, floor.url, fresh.key(w, seq)) }}
-	idemFresh := &variant{name: "idem proxy, fresh keys", clients: clients, srv: e.serverUsec,
-		op: func(ctx context.Context, w int, seq uint64) error {
-			err := post(ctx, withIdem.url, fresh.key(w, seq))
-			if err == nil {
-				sent.Add(1)
-			}
-			return err
-		}}
+	// counted returns the variant that sends fresh keys through the idem
+	// proxy at base and counts the requests answered in sent.
+	counted := func(name, base string, sent *atomic.Int64) *variant {
+		return &variant{name: name, clients: clients, srv: e.serverUsec,
+			op: func(ctx context.Context, w int, seq uint64) error {
+				err := post(ctx, base, fresh.key(w, seq))
+				if err == nil {
+					sent.Add(1)
+				}
+				return err
+			}}
+	}
 	var sentQuiet atomic.Int64
-	quietFresh := &variant{name: "idem proxy -log-requests=false, fresh keys", clients: clients, srv: e.serverUsec,
-		op: func(ctx context.Context, w int, seq uint64) error {
-			err := post(ctx, quiet.url, fresh.key(w, seq))
-			if err == nil {
-				sentQuiet.Add(1)
-			}
-			return err
-		}}
+	idemFresh := counted("idem proxy, fresh keys", withIdem.url, &sent)
+	quietFresh := counted("idem proxy -log-requests=false, fresh keys", quiet.url, &sentQuiet)
 	if err := compare(ctx, e.cfg, "proxy fresh keys", plainFresh, floorFresh, idemFresh, quietFresh); err != nil {
 		return err
 	}
