@@ -33,10 +33,11 @@ type lineWriter struct {
 }
 
 // idem proxy's log lines: at most 1 MiB of them (some thousands) wait for
-// their write, which gathers those of a millisecond.
+// their write, which gathers those of 10 ms (a hundred writes a second at
+// most, each a wake-up of the proxy and of the log's reader).
 const (
 	logBacklog = 1 << 20
-	logGather  = time.Millisecond
+	logGather  = 10 * time.Millisecond
 )
 
 // newLineWriter starts the writer of w, which gathers the lines that come

@@ -133,7 +133,7 @@ func proxyCmd(ctx context.Context, e *env, p *proxyFlags) error {
 	metrics := idemprom.New()
 	cut, cutNow := context.WithCancel(context.Background())
 	defer cutNow()
-	h, err := newProxyHandler(p, target, methods, store, log, metrics, cut)
+	h, err := newProxyHandler(p, target, methods, store, log, lines, metrics, cut)
 	if err != nil {
 		return usageError(e, err.Error())
 	}

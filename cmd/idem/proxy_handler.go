@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,9 +22,10 @@ import (
 
 // newProxyHandler returns the proxy's handler: the middleware around a
 // reverse proxy to target, counted by metrics (whose store gauge watches
-// the proxy's Guard), and the log line of each request around all. When
-// cut ends, the calls to the upstream still running are cut off.
-func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger, metrics *idemprom.Metrics, cut context.Context) (h http.Handler, err error) {
+// the proxy's Guard), and the log line of each request, written to lines,
+// around all. When cut ends, the calls to the upstream still running are
+// cut off.
+func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *idem.RedisStore, log *slog.Logger, lines io.Writer, metrics *idemprom.Metrics, cut context.Context) (h http.Handler, err error) {
 	transport, err := upstreamTransport(p)
 	if err != nil {
 		return nil, err
@@ -39,7 +41,7 @@ func newProxyHandler(p *proxyFlags, target *url.URL, methods []string, store *id
 		}
 	}()
 	mw := g.Middleware(p.httpOptions(methods)...)
-	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log, cut))), log: log, all: p.logRequests}, nil
+	return &logged{next: metrics.Middleware(mw(upstreamHandler(target, transport, log, cut))), lines: lines, all: p.logRequests}, nil
 }
 
 // observers tells each of its Observers of every operation, in order.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -37,12 +38,12 @@ func (decisionObserver) End(ctx context.Context, e idem.Event) {
 	}
 }
 
-// logged logs one line per request, what was decided and answered: for
-// every request, or (all false) for those that failed only.
+// logged logs one line per request to lines, what was decided and
+// answered: for every request, or (all false) for those that failed only.
 type logged struct {
-	next http.Handler
-	log  *slog.Logger
-	all  bool
+	next  http.Handler
+	lines io.Writer
+	all   bool
 }
 
 func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -58,31 +59,37 @@ func (l *logged) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !l.all && !failed {
 			return
 		}
-		attrs := []slog.Attr{
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", sw.status()), slog.Duration("duration", time.Since(start)),
-		}
-		if aborted != nil {
-			attrs = append(attrs, slog.Bool("aborted", true))
-			defer panic(aborted)
-		}
-		level, outcome := slog.LevelInfo, "pass"
-		if e := d.event; e != nil {
-			outcome = string(e.Outcome)
-			attrs = append(attrs, slog.String("id", e.ID), slog.Int64("fence", e.Fence))
-			if e.Wait > 0 {
-				attrs = append(attrs, slog.Duration("wait", e.Wait))
-			}
-		}
+		level := slog.LevelInfo
 		if failed {
 			level = slog.LevelWarn
 		}
-		if f := d.failure; f != nil {
-			attrs = append(attrs, slog.String("upstream", "failed"), slog.Bool("sent", f.Sent),
-				slog.String("key", string(f.Verdict)), slog.String("err", d.upstreamErr.Error()))
+		now := time.Now()
+		line := newRequestLine(now, level)
+		line.str("method", r.Method)
+		line.str("path", r.URL.Path)
+		line.int("status", int64(sw.status()))
+		line.duration("duration", now.Sub(start))
+		if aborted != nil {
+			line.bool("aborted", true)
+			defer panic(aborted)
 		}
-		attrs = append(attrs, slog.String("outcome", outcome))
-		l.log.LogAttrs(r.Context(), level, "request", attrs...)
+		outcome := "pass"
+		if e := d.event; e != nil {
+			outcome = string(e.Outcome)
+			line.str("id", e.ID)
+			line.int("fence", e.Fence)
+			if e.Wait > 0 {
+				line.duration("wait", e.Wait)
+			}
+		}
+		if f := d.failure; f != nil {
+			line.str("upstream", "failed")
+			line.bool("sent", f.Sent)
+			line.str("key", string(f.Verdict))
+			line.str("err", d.upstreamErr.Error())
+		}
+		line.str("outcome", outcome)
+		line.writeTo(l.lines)
 	}()
 	l.next.ServeHTTP(sw, r)
 }

@@ -38,9 +38,18 @@ type Metrics struct {
 	store    prometheus.Histogram
 	inFlight prometheus.Gauge
 	failing  prometheus.GaugeFunc
+	// byOutcome holds the children of requests and duration of each
+	// Outcome, looked up once.
+	byOutcome map[Outcome]outcomeMetrics
 
 	mu     sync.Mutex
 	guards map[*idem.Guard]int // watched, with how many times
+}
+
+// outcomeMetrics are the metrics of one Outcome's requests.
+type outcomeMetrics struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -58,9 +67,9 @@ func New() *Metrics {
 		Help:    "Time to serve a request, from its arrival to the end of its response, by outcome.",
 		Buckets: requestBuckets,
 	}, []string{"outcome"})
+	m.byOutcome = make(map[Outcome]outcomeMetrics, len(Outcomes()))
 	for _, o := range Outcomes() {
-		m.requests.WithLabelValues(string(o))
-		m.duration.WithLabelValues(string(o))
+		m.byOutcome[o] = outcomeMetrics{m.requests.WithLabelValues(string(o)), m.duration.WithLabelValues(string(o))}
 	}
 	m.upstream = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    UpstreamDuration,

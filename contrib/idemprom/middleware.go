@@ -50,9 +50,9 @@ func (m *Metrics) Middleware(next http.Handler) http.Handler {
 		ctx, rep := gateway.WithReport(context.WithValue(r.Context(), requestKey{}, rec))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
-			o := string(outcomeOf(rec.event.Load(), rep, sw.status()))
-			m.requests.WithLabelValues(o).Inc()
-			m.duration.WithLabelValues(o).Observe(time.Since(start).Seconds())
+			om := m.byOutcome[outcomeOf(rec.event.Load(), rep, sw.status())]
+			om.requests.Inc()
+			om.duration.Observe(time.Since(start).Seconds())
 			if d, ok := rep.Upstream(); ok {
 				m.upstream.Observe(d.Seconds())
 			}
