@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -70,6 +71,37 @@ func FuzzRequestLineString(f *testing.F) {
 		l.writeTo(&buf)
 		if want := slogLine(t, at, slog.LevelInfo, slog.String("path", s)); buf.String() != want {
 			t.Errorf("for %q\ngot  %s\nwant %s", s, buf.String(), want)
+		}
+	})
+}
+
+// BenchmarkRequestLine compares a replay's log line built directly with
+// the same line logged through slog's JSON handler.
+func BenchmarkRequestLine(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l := newRequestLine(time.Now(), slog.LevelInfo)
+			l.str("method", "POST")
+			l.str("path", "/payments")
+			l.int("status", 201)
+			l.duration("duration", 412*time.Microsecond)
+			l.str("id", "buxl7XVhnulpDIfu_uR0vQ")
+			l.int("fence", 1)
+			l.str("outcome", "replayed")
+			l.writeTo(io.Discard)
+		}
+	})
+	b.Run("slog", func(b *testing.B) {
+		b.ReportAllocs()
+		log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+		ctx := context.Background()
+		for b.Loop() {
+			log.LogAttrs(ctx, slog.LevelInfo, "request",
+				slog.String("method", "POST"), slog.String("path", "/payments"),
+				slog.Int("status", 201), slog.Duration("duration", 412*time.Microsecond),
+				slog.String("id", "buxl7XVhnulpDIfu_uR0vQ"), slog.Int64("fence", 1),
+				slog.String("outcome", "replayed"))
 		}
 	})
 }
