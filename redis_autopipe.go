@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,9 +20,9 @@ import (
 // 4 runs).
 const pipeDirect = 4
 
-// pipeline batches a store's script calls. No call waits behind a batch
-// already on the wire: a call made while more than pipeDirect calls are in
-// flight joins the batch being gathered, if one is, or starts the next
+// pipeline batches a store's script calls while its callers queue (see
+// roundTrips). No call waits behind a batch already on the wire: a call
+// made then, while more than pipeDirect calls are in flight, joins the batch being gathered, if one is, or starts the next
 // one, which goes out as soon as its first caller has let the goroutines
 // ready to run make their calls (runtime.Gosched, which returns at once
 // when none is ready). Any number of batches may be on the wire at once,
@@ -38,6 +39,9 @@ type pipeline struct {
 	// inFlight counts the store's calls that may ride a batch (pipeDirect).
 	inFlight atomic.Int32
 	every    bool // every call rides a batch, a lone one too (tests)
+	// load tells whether the callers queue: a call rides a batch only
+	// while they do.
+	load *roundTrips
 
 	mu   sync.Mutex
 	open *batch // being gathered: its first caller has not sent it yet
@@ -58,7 +62,9 @@ var (
 )
 
 // newPipeline returns the pipeline of c.
-func newPipeline(c redis.UniversalClient) *pipeline { return &pipeline{c: c} }
+func newPipeline(c redis.UniversalClient) *pipeline {
+	return &pipeline{c: c, load: newRoundTrips()}
+}
 
 // join reports whether a call of script may ride a batch: not when the
 // store does not batch (pl is nil) or the script is always sent directly,
@@ -69,7 +75,8 @@ func (pl *pipeline) join(script *luaScript) (pipelined, counted bool) {
 	if pl == nil || script.direct {
 		return false, false
 	}
-	return pl.inFlight.Add(1) > pipeDirect || pl.every, true
+	n := pl.inFlight.Add(1)
+	return pl.every || n > pipeDirect && pl.load.busy(), true
 }
 
 // sent ends a call that join counted in flight.
@@ -78,8 +85,23 @@ func (pl *pipeline) sent() { pl.inFlight.Add(-1) }
 // send runs cmd on the client c or, when pipelined, in a batch of pl, and
 // returns the command that holds the outcome: cmd, or a command carrying
 // ctx's error when ctx ended first (cmd may still run, and must not be
-// read; abandoned is then true).
+// read; abandoned is then true). A call that had its reply is timed for
+// pl's load.
 func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined bool, cmd *redis.Cmd) (out *redis.Cmd, abandoned bool) {
+	if pl == nil {
+		_ = c.Process(ctx, cmd)
+		return cmd, false
+	}
+	start := time.Now()
+	out, abandoned = pl.batched(ctx, c, pipelined, cmd)
+	if !abandoned && out.Err() == nil {
+		pl.load.took(start, time.Now(), !pipelined)
+	}
+	return out, abandoned
+}
+
+// batched is send once timed: it runs cmd directly or in a batch.
+func (pl *pipeline) batched(ctx context.Context, c redis.UniversalClient, pipelined bool, cmd *redis.Cmd) (out *redis.Cmd, abandoned bool) {
 	if !pipelined {
 		_ = c.Process(ctx, cmd)
 		return cmd, false

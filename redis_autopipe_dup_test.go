@@ -49,7 +49,7 @@ func TestAutoPipelineDuplicates(t *testing.T) {
 			spy := newPipeSpy()
 			addHook(spy)
 			// A lease short enough that the slow fns renew it.
-			g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()),
+			g := New(batchAsQueued(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline())),
 				quietLog, WithLease(time.Second), WithWait(10*time.Second))
 			runs := runDuplicates(t, g, 8)
 			for k, n := range runs {

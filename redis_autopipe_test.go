@@ -186,13 +186,14 @@ func raise(a *atomic.Int32, v int32) {
 	}
 }
 
-// TestAutoPipelineBatches: 64 callers at once on one store share batches.
+// TestAutoPipelineBatches: 64 callers at once on one store whose callers
+// queue share batches.
 func TestAutoPipelineBatches(t *testing.T) {
 	t.Parallel()
 	c := redistest.Shared(t).Client(t)
 	spy := &batchSpy{}
 	c.AddHook(spy)
-	g := New(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline()), quietLog)
+	g := New(batchAsQueued(NewRedisStore(c, WithPrefix(redistest.Prefix(t)), WithAutoPipeline())), quietLog)
 	doFreshKeys(t, g, 64, 20)
 	require.Greater(t, spy.largest.Load(), int32(1), "the largest batch")
 	t.Logf("largest batch %d, at most %d batches on the wire at once", spy.largest.Load(), spy.maxOnWire.Load())

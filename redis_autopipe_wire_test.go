@@ -66,8 +66,9 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // Redis, more than pipeDirect of them, each in a batch of its own or sent
 // alone, one more call goes out on a connection of its own and is
 // answered; the held ones are answered once let go. For a store whose
-// every call rides a batch, and for the default store, which sends the
-// first pipeDirect calls in flight directly and then gathers batches.
+// every call rides a batch, and for a default store whose callers queue,
+// which sends the first pipeDirect calls in flight directly and then
+// gathers batches.
 func TestAutoPipelineNoWaitBehindWire(t *testing.T) {
 	t.Parallel()
 	for _, every := range []bool{true, false} {
@@ -81,6 +82,8 @@ func TestAutoPipelineNoWaitBehindWire(t *testing.T) {
 			require.NotNil(t, s.pipe, "batching is the default")
 			if every {
 				PipelineEveryCall(s)
+			} else {
+				batchAsQueued(s)
 			}
 			ctx := context.Background()
 			req := idemstore.ClaimRequest{Owner: "o", Lease: 10 * time.Second, TTL: time.Minute}

@@ -69,8 +69,10 @@ func (h *hist) quantile(q float64) time.Duration {
 // pipeline) and optionally delays each, to simulate network latency.
 //
 // The delay is preciseSleep, shortened by a running average of its observed
-// overshoot, so that the mean delay is what was asked for even when the
-// machine is busy; the time actually waited is recorded and reported.
+// overshoot, by at most a tenth of the delay, so that the mean delay is
+// what was asked for while the machine wakes sleepers on time, and no
+// round trip is much quicker than the network it stands for; the time
+// actually waited is recorded and reported.
 type rtHook struct {
 	n     *atomic.Int64
 	delay time.Duration
@@ -88,12 +90,20 @@ func (h rtHook) wait() {
 		return
 	}
 	t := time.Now()
-	if req := h.delay - time.Duration(h.over.Load()); req > 0 {
+	over := h.over.Load()
+	req := h.delay - min(time.Duration(over), h.delay/10)
+	if req > 0 {
 		preciseSleep(req)
 	}
 	got := time.Since(t)
 	h.slept.Add(int64(got))
-	h.over.Add(int64(got-h.delay) / 16) // the average moves 1/16 of the way to this overshoot
+	// The average moves 1/16 of the way to this overshoot. (Moving it by
+	// the shortfall of the whole wait instead would integrate: after a
+	// long wait it cuts the next ones short, down to no wait at all, and
+	// round trips come back quicker than the network they stand for.)
+	for x := int64(got - req); !h.over.CompareAndSwap(over, over+(x-over)/16); {
+		over = h.over.Load()
+	}
 }
 
 func (h rtHook) DialHook(next redis.DialHook) redis.DialHook { return next }

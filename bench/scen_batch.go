@@ -132,9 +132,10 @@ func batchNote(cfg *config, d, measured time.Duration) string {
 		"client (ContextTimeoutEnabled, pool ≥ clients). %v per variant in %d rounds. **batched ÷ plain** is the ratio of the medians "+
 		"over rounds; *rounds ahead* counts the rounds in which the batched variant served more than the plain one that ran beside it, "+
 		"and *per-round* gives the lowest and highest of those paired ratios, the spread that other work on the machine (2 shared "+
-		"cores) put on the figure. RT/op counts a batch once; CPU is client + redis-server µs per operation. With four calls of the "+
-		"store in flight or fewer a call is sent directly, so the pairs at 1 to 4 clients measure the same code twice: their "+
-		"spread is the run's noise.", cfg.duration, cfg.rounds)
+		"cores) put on the figure. RT/op counts a batch once; CPU is client + redis-server µs per operation. The default store batches only while "+
+		"its callers queue (its calls' median over 1.5× the quickest ones, `idem.WithAutoPipeline`), and then only with more than "+
+		"four calls in flight: where they wait on round trips alone, and at 1 to 4 clients, the pair measures the same code "+
+		"twice, and its spread is the run's noise.", cfg.duration, cfg.rounds)
 	if d > 0 {
 		s += fmt.Sprintf(" Every round trip (a command, or a batch) first waits %v in a go-redis hook, as in section 1; measured mean "+
 			"delay per round trip: %v. Redis still runs on this machine, so where the plain store's clients together keep the cores "+

@@ -288,7 +288,7 @@ func floorNote(d time.Duration, clients, replayKeys int, raw *variant) string {
 			"script costs the server more CPU than a plain SET (column srv µs/op: redis-server user+system CPU per operation, INFO cpu)."
 	} else {
 		s += fmt.Sprintf(" Every round trip first waits %v in a go-redis hook (ProcessHook/ProcessPipelineHook; a timerfd "+
-			"wait through Go's netpoller, corrected for its average overshoot), on both sides; measured mean delay per round trip: %v. "+
+			"wait through Go's netpoller, shortened by its average overshoot, by at most a tenth), on both sides; measured mean delay per round trip: %v. "+
 			"Redis still runs on this machine, so with many clients the run is partly CPU-bound again (client and server share "+
 			"the cores); with one client it shows what the delay leaves of idem's cost for a single request.", d, raw.effectiveDelay().Round(time.Microsecond))
 	}
