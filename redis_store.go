@@ -128,7 +128,7 @@ func WithCompression(minSize int) RedisOption {
 // run share one batch, and Redis and the client spend less CPU per
 // operation (one read and one write per batch instead of per command).
 // Measured against plain calls at 1 to 64 concurrent callers, on loopback
-// and over 500 µs and 2 ms round trips, the default store served 0.97× to
+// and over 500 µs and 2 ms round trips, the default store served 0.98× to
 // 2.6× their operations (docs/benchmarks.md, "Batching by client count").
 //
 // Claims, completions, releases and checkpoints ride the batches. Lease
