@@ -210,9 +210,13 @@ func runFloor(ctx context.Context, e *env) error {
 		raw, fresh, get, replay := floorVariants(e, tag, clients, mk, srv)
 		fvs, rvs := []*variant{raw, fresh}, []*variant{get, replay}
 		var luaFresh, luaReplay, defFresh, plainFresh, plainReplay *variant
-		if d == 0 {
+		if d == 0 || clients == 1 {
+			// The least any script-based design pays, beside idem: on
+			// loopback, and for one request behind the round trip.
 			luaFresh, luaReplay = luaFloorVariants(e, tag, clients, mk, srv, get.keys)
 			fvs, rvs = append(fvs, luaFresh), append(rvs, luaReplay)
+		}
+		if d == 0 {
 			// Batching is on by default; these rows send every script as
 			// a command of its own, the path a lone caller takes.
 			plainFresh = freshDoVariant(e, "idem.Do, fresh keys, without batching (WithoutAutoPipeline)", "b-"+e.nonce+"-"+tag+"-doplain",
@@ -235,15 +239,21 @@ func runFloor(ctx context.Context, e *env) error {
 		}
 		sec := e.rep.section("1. Floor: "+title, floorNote(d, clients, e.cfg.replayKeys, raw))
 		sec.pair(raw, fresh)
-		if luaFresh != nil {
+		if plainFresh != nil {
 			sec.pair(raw, plainFresh)
+		}
+		if luaFresh != nil {
 			sec.pair(raw, luaFresh)
 			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua fresh", ratio(luaFresh, raw), math.NaN()})
+		}
+		if defFresh != nil {
 			sec.pair(raw, defFresh)
 		}
 		sec.pair(get, replay)
-		if luaReplay != nil {
+		if plainReplay != nil {
 			sec.pair(get, plainReplay)
+		}
+		if luaReplay != nil {
 			sec.pair(get, luaReplay)
 			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua read", ratio(luaReplay, get), math.NaN()})
 		}
@@ -281,9 +291,11 @@ func floorNote(d time.Duration, clients, replayKeys int, raw *variant) string {
 		"ContextTimeoutEnabled, as idem's README recommends (go-redis then returns by a context's deadline, and idem stores a "+
 		"result on the caller's goroutine), except the row marked go-redis defaults. idem's store batches the scripts of "+
 		"concurrent callers by default; the rows marked without batching send each as a command of its own.", clients, replayKeys)
-	if d == 0 {
+	if d == 0 || clients == 1 {
 		s += " The minimal-Lua rows do the same with the smallest scripts that could (claim: SET NX lease + SET record; " +
 			"complete: SET + DEL; read: GET): the cost of any script-based design, without idem's record format and checks."
+	}
+	if d == 0 {
 		s += " Bare loopback is CPU-bound on this machine: client and redis-server share the cores, and a Lua " +
 			"script costs the server more CPU than a plain SET (column srv µs/op: redis-server user+system CPU per operation, INFO cpu)."
 	} else {
