@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	stdlog "log"
 	"log/slog"
@@ -982,7 +981,6 @@ func TestMain(m *testing.M) {
 	log := &redisLog{out: stdlog.New(os.Stderr, "redis: ", stdlog.LstdFlags)}
 	redis.SetLogger(log)
 	watchdog()
-	parallelWaits()
 	code := m.Run()
 	redistest.StopShared()
 	if n := log.maint.Load(); n > 0 && code == 0 {
@@ -991,19 +989,6 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
-}
-
-// parallelWaits lets four parallel tests run at once on a machine of fewer
-// cores, unless -parallel is given: they spend their time waiting on leases,
-// timers and servers, not on the CPU, and at go test's default (GOMAXPROCS)
-// two cores ran them two by two.
-func parallelWaits() {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && runtime.GOMAXPROCS(0) < 4 {
-		_ = flag.Set("test.parallel", "4")
-	}
 }
 
 // watchdog fails the run, with every goroutine's stack, once it has taken
