@@ -238,24 +238,20 @@ func runFloor(ctx context.Context, e *env) error {
 			return err
 		}
 		sec := e.rep.section("1. Floor: "+title, floorNote(d, clients, e.cfg.replayKeys, raw))
-		sec.pair(raw, fresh)
-		if plainFresh != nil {
-			sec.pair(raw, plainFresh)
+		for _, v := range []*variant{fresh, plainFresh, luaFresh, defFresh} {
+			if v != nil {
+				sec.pair(raw, v)
+			}
+		}
+		for _, v := range []*variant{replay, plainReplay, luaReplay} {
+			if v != nil {
+				sec.pair(get, v)
+			}
 		}
 		if luaFresh != nil {
-			sec.pair(raw, luaFresh)
-			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua fresh", ratio(luaFresh, raw), math.NaN()})
-		}
-		if defFresh != nil {
-			sec.pair(raw, defFresh)
-		}
-		sec.pair(get, replay)
-		if plainReplay != nil {
-			sec.pair(get, plainReplay)
-		}
-		if luaReplay != nil {
-			sec.pair(get, luaReplay)
-			e.rep.chartExtra = append(e.rep.chartExtra, chartRatio{short + " minimal-Lua read", ratio(luaReplay, get), math.NaN()})
+			e.rep.chartExtra = append(e.rep.chartExtra,
+				chartRatio{short + " minimal-Lua fresh", ratio(luaFresh, raw), math.NaN()},
+				chartRatio{short + " minimal-Lua read", ratio(luaReplay, get), math.NaN()})
 		}
 		e.rep.ratioTarget("floor, "+title+": fresh Do / raw 2-RT floor (median of interleaved rounds)", short+" fresh", fresh, raw, freshT)
 		e.rep.ratioTarget("floor, "+title+": Do replay / raw GET (median of interleaved rounds)", short+" replay", replay, get, replayT)
