@@ -234,8 +234,9 @@ func runFaultSchedule(t *testing.T, seed uint64, duration time.Duration) {
 	if r.topo == sentinel {
 		// The faults healed, but the Sentinels may still be failing over on
 		// their own: a primary frozen on a loaded machine can outlast their
-		// down-after. The probes start once a primary answers.
-		r.fo.WaitFailover(t, nil, 30*time.Second)
+		// down-after. The probes start once the Sentinels have settled, or
+		// a failover under way would switch the primary under them.
+		r.fo.WaitSettled(t, 30*time.Second)
 	}
 	// What the workload's Guards still write in the background (a claim
 	// whose answer never came, taken back; a completion) is part of the

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -271,8 +270,8 @@ func (f *Failover) ReplicaLag(tb testing.TB) map[string]int64 {
 // a primary other than old, and that node runs, has the master role and
 // accepts a write (a SET of redistest:probe, which expires in a second). It
 // returns the new primary, or fails the test with the Sentinels' logs. With
-// a nil old it waits for any such primary: a topology settled after faults
-// (a failover the Sentinels started on their own included).
+// a nil old it waits for any such primary, which a failover still under way
+// may replace: WaitSettled waits until the Sentinels have settled.
 func (f *Failover) WaitFailover(tb testing.TB, old *Server, timeout time.Duration) *Server {
 	tb.Helper()
 	var n *Server
@@ -293,11 +292,7 @@ func (f *Failover) WaitFailover(tb testing.TB, old *Server, timeout time.Duratio
 		return err
 	})
 	if err != nil {
-		var logs strings.Builder
-		for _, s := range f.sentinels {
-			fmt.Fprintf(&logs, "--- sentinel %s:\n%s\n", s.addr(), readLog(s.logPath()))
-		}
-		tb.Fatalf("redistest: no new primary after %v: %v\n%s", timeout, err, logs.String())
+		tb.Fatalf("redistest: no new primary after %v: %v\n%s", timeout, err, f.sentinelLogs())
 	}
 	return n
 }

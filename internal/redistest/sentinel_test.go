@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -115,6 +116,21 @@ func TestSentinelFailover(t *testing.T) {
 	t.Logf("failover took %v", time.Since(start).Round(time.Millisecond))
 	require.Contains(t, nodes[1:], p)
 	require.Same(t, p, f.Primary(t))
+	// The Sentinels still reconfigure the other replica: settled, they
+	// agree on p, with no failover flag, for longer than down-after.
+	start = time.Now()
+	require.Same(t, p, f.WaitSettled(t, 20*time.Second))
+	settled := time.Since(start)
+	t.Logf("the sentinels settled %v after the failover", settled.Round(time.Millisecond))
+	require.Greater(t, settled, downAfter, "settled means settled for longer than down-after")
+	for _, s := range f.sentinels {
+		m, err := sentinelQuery(s.addr(), func(c *redis.SentinelClient) (map[string]string, error) {
+			return c.Master(ctx, masterName).Result()
+		})
+		require.NoError(t, err)
+		require.Equal(t, "master", m["flags"], "sentinel %s", s.addr())
+		require.Equal(t, p.Addr(), net.JoinHostPort(m["ip"], m["port"]), "sentinel %s", s.addr())
+	}
 	rep := p.Replication(t)
 	require.Equal(t, "master", rep.Role)
 	require.GreaterOrEqual(t, rep.SwitchOffset, int64(0), "a promoted replica switched history")
