@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -92,10 +91,10 @@ func (pl *pipeline) send(ctx context.Context, c redis.UniversalClient, pipelined
 		_ = c.Process(ctx, cmd)
 		return cmd, false
 	}
-	start := time.Now()
+	start := pl.load.now()
 	out, abandoned = pl.batched(ctx, c, pipelined, cmd)
 	if !abandoned && out.Err() == nil {
-		pl.load.took(start, time.Now(), !pipelined)
+		pl.load.took(start, pl.load.now(), !pipelined)
 	}
 	return out, abandoned
 }

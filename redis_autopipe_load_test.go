@@ -27,10 +27,9 @@ func batchAsQueued(s *RedisStore) *RedisStore {
 // window1 times one window of direct calls that end at at (after the
 // round trips' epoch), spread evenly from d to spread times d.
 func (r *roundTrips) window1(at, d time.Duration, spread float64) {
-	end := r.epoch.Add(at)
 	for i := range loadWindow {
 		took := time.Duration(float64(d) * (1 + (spread-1)*float64(i)/loadWindow))
-		r.took(end.Add(-took), end, true)
+		r.took(at-took, at, true)
 	}
 }
 
@@ -64,7 +63,7 @@ func TestRoundTripsQueue(t *testing.T) {
 
 	// Calls in batches do not count.
 	for range 2 * loadWindow {
-		r.took(r.epoch.Add(at), r.epoch.Add(at+time.Millisecond), false)
+		r.took(at, at+time.Millisecond, false)
 	}
 	require.False(t, r.busy())
 	next(300*time.Microsecond, 1.2)
@@ -93,7 +92,7 @@ func TestRoundTripsHoldAndProbe(t *testing.T) {
 	// and the store batches until the hold is over.
 	r.window1(queuedAt+hold-time.Millisecond, time.Millisecond, 1.2)
 	require.True(t, r.busy(), "before the hold is over")
-	r.took(r.epoch.Add(queuedAt+hold), r.epoch.Add(queuedAt+hold), true)
+	r.took(queuedAt+hold, queuedAt+hold, true)
 	require.False(t, r.busy(), "the hold is over: a window of direct calls")
 
 	// The callers still queue: batching again after this one window.
@@ -102,7 +101,7 @@ func TestRoundTripsHoldAndProbe(t *testing.T) {
 
 	// After the next hold, the queue is gone: direct calls from then on.
 	probe := queuedAt + 2*hold + step
-	r.took(r.epoch.Add(probe), r.epoch.Add(probe), true)
+	r.took(probe, probe, true)
 	require.False(t, r.busy())
 	for i := range 20 {
 		r.window1(probe+time.Duration(i+1)*step, 100*time.Microsecond, 1.2)
@@ -121,7 +120,7 @@ func TestRoundTripsSlowerNetwork(t *testing.T) {
 	at := time.Second
 	for ; at < 3*loadPeriod; at += step {
 		// A call that ends after the hold ends it, then a window.
-		r.took(r.epoch.Add(at-step/2), r.epoch.Add(at-step/2), true)
+		r.took(at-step/2, at-step/2, true)
 		r.window1(at, 400*time.Microsecond, 1.2)
 	}
 	for i := range 20 {
