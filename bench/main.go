@@ -61,7 +61,7 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.BoolVar(&c.quick, "quick", false, "smoke run: a few seconds, numbers are noise")
 	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time per variant (split into -rounds rounds)")
-	fs.IntVar(&c.rounds, "rounds", 8, "rounds per variant; the variants of a comparison alternate round by round")
+	fs.IntVar(&c.rounds, "rounds", 32, "rounds per variant; the variants of a comparison alternate round by round")
 	fs.IntVar(&c.clients, "clients", 16, "concurrent clients for floor, HTTP, gRPC, SQL and contention")
 	fs.DurationVar(&c.delay, "delay", 500*time.Microsecond, "simulated network delay per round trip in the second floor run")
 	levels := fs.String("levels", "1,4,16,64", "client concurrency levels for the scale scenario")

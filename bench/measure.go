@@ -324,9 +324,11 @@ func (v *variant) runRound(ctx context.Context, d time.Duration, record bool) er
 	return nil
 }
 
-// compare runs the variants interleaved, A B A B …, in cfg.rounds short
-// rounds after one untimed warm-up round each, so that slow drift of the
-// machine (thermal, other load, Redis memory growth) hits every variant alike.
+// compare runs the variants interleaved in cfg.rounds short rounds after
+// one untimed warm-up round each, so that slow drift of the machine
+// (thermal, other load, Redis memory growth) hits every variant alike. The
+// order turns round by round (A B, then B A, …): no variant always runs
+// first, or right after the same other one.
 func compare(ctx context.Context, cfg *config, title string, vs ...*variant) error {
 	for _, v := range vs {
 		if v.setup != nil {
@@ -342,8 +344,14 @@ func compare(ctx context.Context, cfg *config, title string, vs ...*variant) err
 			return fmt.Errorf("%s: warm-up: %w", v.name, err)
 		}
 	}
+	reversed := slices.Clone(vs)
+	slices.Reverse(reversed)
 	for r := range cfg.rounds {
-		for _, v := range vs {
+		order := vs
+		if r%2 == 1 {
+			order = reversed
+		}
+		for _, v := range order {
 			if err := ctx.Err(); err != nil {
 				return err
 			}

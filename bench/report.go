@@ -176,7 +176,7 @@ func (r *report) markdown() string {
 	c := r.cfg
 	b.WriteString("# idem benchmark results\n\n")
 	b.WriteString("Written by `go run .` in `bench/` (see README.md there for how to reproduce and what each scenario measures). ")
-	b.WriteString("Every comparison runs the baseline and idem interleaved (A B A B …) in short rounds in the same run, and every scenario starts on emptied servers (FLUSHALL, when the benchmark started them); ")
+	b.WriteString("Every comparison runs the baseline and idem interleaved in short rounds, the order turned round by round (A B, then B A, …), in the same run, and every scenario starts on emptied servers (FLUSHALL, when the benchmark started them); ")
 	b.WriteString("ops/s is the median over rounds, p50/p99 are over all operations, RT/op counts go-redis round trips ")
 	b.WriteString("(a hook; pipelines count once), allocs/op is the process's `runtime.MemStats.Mallocs` delta divided by operations, ")
 	b.WriteString("cli µs/op is this process's CPU time (user + system, getrusage) per operation, srv µs/op is redis-server's (user + system, from INFO cpu, so socket I/O included) for the standalone server: CPU cost vs baseline is (cli + srv of the baseline) / (cli + srv of the variant): the throughput ratio a purely CPU-bound machine would show, and steadier than throughput when other work shares the machine.\n\n")

@@ -26,6 +26,7 @@ var batchLevels = []int{1, 2, 4, 8, 16, 64}
 // one (the default).
 type batchLevel struct {
 	clients                        int
+	aa                             bool // both sides plain: the run's noise
 	fresh, freshB, replay, replayB *variant
 }
 
@@ -46,16 +47,21 @@ func runBatching(ctx context.Context, e *env) error {
 			where = fmt.Sprintf("%v simulated delay per round trip", d)
 		}
 		progress("scenario 13: batching by client count, %s, clients %v", where, levels)
-		var rows []batchLevel
+		// First the control: one client, plain on both sides.
+		aa, err := batchCompare(ctx, e, cfg, d, 1, where, true)
+		if err != nil {
+			return err
+		}
+		rows := []batchLevel{aa}
 		for _, n := range levels {
-			row, err := batchCompare(ctx, e, cfg, d, n, where)
+			row, err := batchCompare(ctx, e, cfg, d, n, where, false)
 			if err != nil {
 				return err
 			}
 			rows = append(rows, row)
 		}
 		title := fmt.Sprintf("13%s. Batching by client count: batched (the default) vs WithoutAutoPipeline, %s", []string{"", "b", "c"}[i], where)
-		note := batchNote(cfg, d, rows[0].fresh.effectiveDelay())
+		note := batchNote(cfg, d, rows[1].fresh.effectiveDelay())
 		sec := e.rep.section(title, note)
 		sec.body = batchTable(rows)
 	}
@@ -63,22 +69,28 @@ func runBatching(ctx context.Context, e *env) error {
 }
 
 // batchCompare measures one level: fresh Do plain and batched interleaved,
-// then replays plain and batched interleaved.
-func batchCompare(ctx context.Context, e *env, cfg *config, d time.Duration, n int, where string) (batchLevel, error) {
+// then replays plain and batched interleaved. With aa, the second side is
+// plain too: the pair measures the same code twice, the run's noise.
+func batchCompare(ctx context.Context, e *env, cfg *config, d time.Duration, n int, where string, aa bool) (batchLevel, error) {
 	tag := fmt.Sprintf("bt-%s-d%d-c%d", e.nonce, d.Microseconds(), n)
+	second, batched := pipeGuard, "batched"
+	if aa {
+		tag += "-aa"
+		second, batched = plainGuard, "WithoutAutoPipeline again"
+	}
 	mk := func() (redis.UniversalClient, *rtHook) { return e.client(d, n) }
-	row := batchLevel{clients: n}
+	row := batchLevel{clients: n, aa: aa}
 	c1, h1 := mk()
 	c2, h2 := mk()
 	row.fresh = batchFresh(fmt.Sprintf("idem.Do fresh, WithoutAutoPipeline, %d clients", n), n, plainGuard(c1, tag+"-f"), h1, e.serverUsec)
-	row.freshB = batchFresh(fmt.Sprintf("idem.Do fresh, batched, %d clients", n), n, pipeGuard(c2, tag+"-fb"), h2, e.serverUsec)
+	row.freshB = batchFresh(fmt.Sprintf("idem.Do fresh, %s, %d clients", batched, n), n, second(c2, tag+"-fb"), h2, e.serverUsec)
 	if err := compare(ctx, cfg, fmt.Sprintf("batching, %s, fresh, %d clients", where, n), row.fresh, row.freshB); err != nil {
 		return row, err
 	}
 	c3, h3 := mk()
 	c4, h4 := mk()
 	row.replay = batchReplay(e, fmt.Sprintf("idem.Do replays, WithoutAutoPipeline, %d clients", n), n, plainGuard(c3, tag+"-r"), h3)
-	row.replayB = batchReplay(e, fmt.Sprintf("idem.Do replays, batched, %d clients", n), n, pipeGuard(c4, tag+"-rb"), h4)
+	row.replayB = batchReplay(e, fmt.Sprintf("idem.Do replays, %s, %d clients", batched, n), n, second(c4, tag+"-rb"), h4)
 	err := compare(ctx, cfg, fmt.Sprintf("batching, %s, replays, %d clients", where, n), row.replay, row.replayB)
 	return row, err
 }
@@ -135,7 +147,8 @@ func batchNote(cfg *config, d, measured time.Duration) string {
 		"cores) put on the figure. RT/op counts a batch once; CPU is client + redis-server µs per operation. The default store batches only while "+
 		"its callers queue (its calls' median over 1.5× the quickest ones, `idem.WithAutoPipeline`), and then only with more than "+
 		"four calls in flight: where they wait on round trips alone, and at 1 to 4 clients, the pair measures the same code "+
-		"twice, and its spread is the run's noise.", cfg.duration, cfg.rounds)
+		"twice, and its spread is the run's noise. The first row is the control: one client, both sides plain (A/A), so its "+
+		"ratio is that noise alone.", cfg.duration, cfg.rounds)
 	if d > 0 {
 		s += fmt.Sprintf(" Every round trip (a command, or a batch) first waits %v in a go-redis hook, as in section 1; measured mean "+
 			"delay per round trip: %v. Redis still runs on this machine, so where the plain store's clients together keep the cores "+
@@ -157,8 +170,12 @@ func batchTable(rows []batchLevel) string {
 				a, v = r.replay, r.replayB
 			}
 			ahead, lo, hi := pairedRounds(a, v)
-			fmt.Fprintf(&b, "| %d | %.0f | %.0f | **%.2f×** | %d of %d | %.2f–%.2f× | %s → %s | %s → %s | %s / %s | %s / %s | %d |\n",
-				r.clients, a.opsPerSec(), v.opsPerSec(), ratio(v, a), ahead, min(len(a.rounds), len(v.rounds)), lo, hi,
+			clients := strconv.Itoa(r.clients)
+			if r.aa {
+				clients += ", A/A: plain twice"
+			}
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f | **%.2f×** | %d of %d | %.2f–%.2f× | %s → %s | %s → %s | %s / %s | %s / %s | %d |\n",
+				clients, a.opsPerSec(), v.opsPerSec(), ratio(v, a), ahead, min(len(a.rounds), len(v.rounds)), lo, hi,
 				fmtDur(a.lat.quantile(0.5)), fmtDur(v.lat.quantile(0.5)), fmtDur(a.lat.quantile(0.99)), fmtDur(v.lat.quantile(0.99)),
 				fmtF(a.rtPerOp(), 2), fmtF(v.rtPerOp(), 2), fmtF(a.cliUsecPerOp()+a.srvUsecPerOp(), 1), fmtF(v.cliUsecPerOp()+v.srvUsecPerOp(), 1),
 				a.errs+v.errs)
