@@ -14,7 +14,8 @@ import (
 )
 
 // batchScale is the share of -duration each batching comparison measures
-// per variant: it runs 36 comparisons of two variants.
+// per variant: it runs 42 comparisons of two variants (36, and each pass's
+// two A/A pairs).
 const batchScale = 0.4
 
 // batchLevels are the client counts of the batching scenario: below, at and
