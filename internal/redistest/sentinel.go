@@ -275,26 +275,36 @@ func (f *Failover) ReplicaLag(tb testing.TB) map[string]int64 {
 func (f *Failover) WaitFailover(tb testing.TB, old *Server, timeout time.Duration) *Server {
 	tb.Helper()
 	var n *Server
-	err := poll(timeout, func() error {
-		var why string
-		switch n, why = f.primary(); {
-		case n == nil:
-			return errors.New(why)
-		case old != nil && n == old:
-			return fmt.Errorf("the sentinels still report the old primary %s", n.Addr())
-		case !n.Running():
-			return fmt.Errorf("the sentinels report %s, which is not running", n.Addr())
-		}
-		if role := n.replication().Role; role != "master" {
-			return fmt.Errorf("%s has the role %q", n.Addr(), role)
-		}
-		_, err := do(n.Addr(), probeTimeout, "SET", "redistest:probe", "1", "PX", "1000")
+	err := poll(timeout, func() (err error) {
+		n, err = f.answeringPrimary(old)
 		return err
 	})
 	if err != nil {
 		tb.Fatalf("redistest: no new primary after %v: %v\n%s", timeout, err, f.sentinelLogs())
 	}
 	return n
+}
+
+// answeringPrimary returns the node a majority of the Sentinels report as
+// the primary, when it is not old, runs, has the master role and accepts a
+// write (a SET of redistest:probe, which expires in a second); else why not.
+func (f *Failover) answeringPrimary(old *Server) (*Server, error) {
+	switch n, why := f.primary(); {
+	case n == nil:
+		return nil, errors.New(why)
+	case old != nil && n == old:
+		return nil, fmt.Errorf("the sentinels still report the old primary %s", n.Addr())
+	case !n.Running():
+		return nil, fmt.Errorf("the sentinels report %s, which is not running", n.Addr())
+	default:
+		if role := n.replication().Role; role != "master" {
+			return nil, fmt.Errorf("%s has the role %q", n.Addr(), role)
+		}
+		if _, err := do(n.Addr(), probeTimeout, "SET", "redistest:probe", "1", "PX", "1000"); err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
 }
 
 // primary returns the node a majority of the sentinels report as the

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -48,29 +47,22 @@ func (f *Failover) WaitSettled(tb testing.TB, timeout time.Duration) *Server {
 // settledNow returns the primary when the Sentinels agree on it now, as
 // WaitSettled describes, or why not.
 func (f *Failover) settledNow() (*Server, error) {
-	n, why := f.primary()
-	switch {
-	case n == nil:
-		return nil, errors.New(why)
-	case !n.Running():
-		return nil, fmt.Errorf("the sentinels report %s, which is not running", n.Addr())
+	n, err := f.answeringPrimary(nil)
+	if err != nil {
+		return nil, err
 	}
 	for _, s := range f.sentinels {
 		m, err := sentinelQuery(s.addr(), func(c *redis.SentinelClient) (map[string]string, error) {
 			return c.Master(context.Background(), masterName).Result()
 		})
 		if err != nil {
-			continue // the majority above answered
+			continue // a majority answered for n
 		}
 		if addr := net.JoinHostPort(m["ip"], m["port"]); addr != n.Addr() || m["flags"] != "master" {
 			return nil, fmt.Errorf("sentinel %s reports %s with the flags %q", s.addr(), addr, m["flags"])
 		}
 	}
-	if role := n.replication().Role; role != "master" {
-		return nil, fmt.Errorf("%s has the role %q", n.Addr(), role)
-	}
-	_, err := do(n.Addr(), probeTimeout, "SET", "redistest:probe", "1", "PX", "1000")
-	return n, err
+	return n, nil
 }
 
 // sentinelLogs returns the log of every Sentinel, for a failure message.
