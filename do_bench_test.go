@@ -11,28 +11,9 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// cannedReplies answers every command with reply at once, without a
-// server: what is left of a call is the client's own work.
-type cannedReplies struct{ reply any }
-
-func (cannedReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h cannedReplies) ProcessHook(redis.ProcessHook) redis.ProcessHook {
-	return func(_ context.Context, cmd redis.Cmder) error {
-		if c, ok := cmd.(*redis.Cmd); ok {
-			c.SetVal(h.reply)
-		}
-		return nil
-	}
-}
-
-func (cannedReplies) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(context.Context, []redis.Cmder) error { return nil }
-}
-
 // BenchmarkDo is the CPU a Do costs its caller, fresh and replayed, with
 // no round trip in it: on a store that answers in memory (the engine's own
-// work), and on a RedisStore whose commands a go-redis hook answers (the
+// work), and on a RedisStore whose commands a go-redis hook answers (AnswerHook: the
 // engine's work and the store's: the script call, the record read back).
 // A replay's figure is the client's share of the gap to a raw GET.
 func BenchmarkDo(b *testing.B) {
@@ -58,7 +39,7 @@ func BenchmarkDo(b *testing.B) {
 	hooked := func(reply any) *idem.Guard {
 		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 		b.Cleanup(func() { _ = c.Close() })
-		c.AddHook(cannedReplies{reply})
+		c.AddHook(idem.AnswerHook(reply))
 		return idem.New(idem.NewRedisStore(c, idem.WithPrefix("bench")), quiet)
 	}
 	canned := &cannedStore{}

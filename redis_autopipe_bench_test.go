@@ -7,16 +7,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// answerHook answers every command at once, without a server: what is left
-// of a call is the client's own work and the store's around it.
-type answerHook struct{}
+// answerHook answers every command with reply at once, without a server:
+// what is left of a call is the client's own work and the store's around it.
+type answerHook struct{ reply any }
 
 func (answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (answerHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+func (h answerHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
 	return func(_ context.Context, cmd redis.Cmder) error {
 		if c, ok := cmd.(*redis.Cmd); ok {
-			c.SetVal(int64(1))
+			c.SetVal(h.reply)
 		}
 		return nil
 	}
@@ -34,7 +34,7 @@ func (answerHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPi
 func BenchmarkSendDirect(b *testing.B) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	c.AddHook(answerHook{})
+	c.AddHook(answerHook{int64(1)})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
