@@ -827,6 +827,11 @@ func TestMiddlewareRecorderRules(t *testing.T) {
 				w.WriteHeader(201)
 				_, _ = io.WriteString(w, "a")
 			}, 200, "a", nil},
+			{"http.Flusher's Flush too", func(w http.ResponseWriter, r *http.Request) {
+				w.(http.Flusher).Flush()
+				w.WriteHeader(201)
+				_, _ = io.WriteString(w, "a")
+			}, 200, "a", nil},
 			{"100 Continue is dropped too", func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(100)
 				w.WriteHeader(201)
