@@ -2,9 +2,7 @@ package idem_test
 
 import (
 	"context"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +28,9 @@ func TestSealedWaiterIsNotified(t *testing.T) {
 	}
 	holder := idem.New(store(srv.Client(t)), quiet, idem.WithSealer(sealer))
 	wc := srv.Client(t)
-	claims := &scriptCalls{first: make(chan struct{})}
+	refused := make(chan struct{}) // the waiter's first claim has its reply
+	var once sync.Once
+	claims := &commandCounter{edit: func(redis.Cmder) { once.Do(func() { close(refused) }) }}
 	wc.AddHook(claims)
 	waiter := idem.New(store(wc), quiet, idem.WithSealer(sealer), idem.WithWait(10*time.Second))
 
@@ -53,37 +53,12 @@ func TestSealedWaiterIsNotified(t *testing.T) {
 			return receipt{Charge: "second"}, nil
 		})
 	})
-	<-claims.first                     // refused: the waiter waits
+	<-refused                          // the waiter waits
 	time.Sleep(600 * time.Millisecond) // the wait being measured, not a synchronisation
 	close(release)
 	wg.Wait()
 	require.NoError(t, holderErr)
 	require.NoError(t, waitErr)
 	require.Equal(t, marker, got.Charge, "the holder's result")
-	require.LessOrEqual(t, claims.n.Load(), int32(4), "scripts the waiter sent while it waited")
-}
-
-// scriptCalls is a go-redis hook that counts the scripts a client sends
-// and closes first once the first has its reply.
-type scriptCalls struct {
-	n     atomic.Int32
-	once  sync.Once
-	first chan struct{}
-}
-
-func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if strings.HasPrefix(cmd.Name(), "eval") {
-			h.n.Add(1)
-			h.once.Do(func() { close(h.first) })
-		}
-		return err
-	}
-}
-
-func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	require.LessOrEqual(t, claims.count("evalsha")+claims.count("eval"), 4, "scripts the waiter sent while it waited")
 }
